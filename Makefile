@@ -1,0 +1,95 @@
+# tollgate: the verbs of an operator-sdk project. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CACHE_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tollgate
+UV_VERSION  := 0.13.9
+UV          := $(or $(shell command -v uv 2>/dev/null),$(CACHE_DIR)/uv/bin/uv)
+K8S_VERSION := $(shell sed -n 's/^K8S_VERSION=//p' hack/versions.env)
+TOOLS_BIN   := $(CACHE_DIR)/$(K8S_VERSION)/bin
+RUN         := $(UV) run --frozen
+export PATH := $(TOOLS_BIN):$(PATH)
+
+define later
+	@echo "make $@: not available yet; it lands with $(1)" >&2; exit 2
+endef
+
+.PHONY: help
+help: ## list the verbs
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+
+$(CACHE_DIR)/uv/bin/uv:
+	python3 -m venv $(CACHE_DIR)/uv
+	$(CACHE_DIR)/uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+.PHONY: sync
+sync: $(UV) ## install the Python packages (uv workspace, locked)
+	$(UV) sync --frozen --quiet
+
+.PHONY: tools
+tools: ## build or fetch the control-plane binaries (cached, idempotent)
+	hack/tools.sh
+
+.PHONY: manifests
+manifests: sync ## regenerate crds/ from tollgate.models
+	$(RUN) python -m tollgate.models crds
+
+.PHONY: lint
+lint: sync ## ruff, mypy, and the crds/ drift check
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy libs services tests
+	$(RUN) python -m tollgate.models crds --check
+
+.PHONY: test
+test: lint ## lint, unit and end-to-end tests
+	$(RUN) pytest
+
+.PHONY: cluster
+cluster: ## the embedded cluster (kubeconfig at .dev/kubeconfig)
+	$(call later,the embedded cluster (issue 3))
+
+.PHONY: cluster-down
+cluster-down: ## stop the embedded cluster
+	$(call later,the embedded cluster (issue 3))
+
+.PHONY: install
+install: ## install the CRDs into the current cluster
+	kubectl apply --server-side -f crds/
+
+.PHONY: uninstall
+uninstall: ## remove the CRDs (and every object of their kinds) from the current cluster
+	kubectl delete --ignore-not-found -f crds/
+
+.PHONY: run
+run: ## run every service against the current kubeconfig
+	$(call later,the services (issues 4 to 8))
+
+.PHONY: dev
+dev: ## the whole system on the embedded cluster, in the foreground
+	$(call later,issue 9)
+
+.PHONY: dev-up
+dev-up: ## make dev, detached
+	$(call later,issue 9)
+
+.PHONY: dev-down
+dev-down: ## stop what make dev-up started
+	$(call later,issue 9)
+
+.PHONY: bench
+bench: ## the benchmarks under bench/
+	$(call later,the services' benchmarks (issues 4 to 8))
+
+.PHONY: docker-build
+docker-build: ## one image per service
+	$(call later,issue 9)
+
+.PHONY: deploy
+deploy: ## Helm charts into the current cluster
+	$(call later,issue 9)
+
+.PHONY: undeploy
+undeploy: ## remove the Helm releases
+	$(call later,issue 9)

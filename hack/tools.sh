@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds (once) the binaries of the embedded control plane into
+# ${XDG_CACHE_HOME:-~/.cache}/tollgate/<k8s-version>/bin and prints that directory.
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  from k8s.io/kubernetes (wrapper module)
+#   etcd                                                              from go.etcd.io/etcd/server/v3 (same module graph)
+#   kwok, kwokctl                                                     go install sigs.k8s.io/kwok/cmd/...
+#   helm                                                              go install helm.sh/helm/v3/cmd/helm
+# A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, ...) or already on
+# PATH is linked instead of built. A second run does nothing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+bin="${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/$K8S_VERSION/bin"
+mkdir -p "$bin"
+export CGO_ENABLED=0 GOFLAGS="-trimpath" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+
+log() { printf 'tools: %s\n' "$*" >&2; }
+
+# link_existing NAME ENVVAR: use a binary given by ENVVAR or found on PATH; returns 1 when none.
+link_existing() {
+  local name=$1 var=$2 path="${!2:-}"
+  if [ -z "$path" ] && [ "${TOLLGATE_TOOLS_FROM_PATH:-0}" = 1 ]; then
+    path=$(command -v "$name" || true)
+  fi
+  [ -n "$path" ] && [ -x "$path" ] || return 1
+  [ "$path" -ef "$bin/$name" ] || ln -sf "$path" "$bin/$name"
+  log "$name: using $path"
+}
+
+k8s_ldflags() {
+  local major minor commit date
+  major=${K8S_VERSION#v}; major=${major%%.*}
+  minor=${K8S_VERSION#v"$major".}; minor=${minor%%.*}
+  commit=$(printf '%040d' 0)
+  date=1970-01-01T00:00:00Z
+  local flags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags="$flags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags="$flags -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  printf '%s' "$flags"
+}
+
+build_control_plane() {
+  local wanted=() name var
+  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
+    var=$(printf '%s_BINARY' "$name" | tr 'a-z-' 'A-Z_')
+    [ -x "$bin/$name" ] || link_existing "$name" "$var" || wanted+=("$name")
+  done
+  [ ${#wanted[@]} -gt 0 ] || return 0
+  "$here/k8s/generate.sh" "$K8S_VERSION"
+  local pkgs=()
+  for name in "${wanted[@]}"; do
+    case $name in
+      etcd) pkgs+=(go.etcd.io/etcd/server/v3) ;;
+      *) pkgs+=("k8s.io/kubernetes/cmd/$name") ;;
+    esac
+  done
+  log "building ${wanted[*]} from k8s.io/kubernetes@$K8S_VERSION (cold: tens of minutes)"
+  local out; out=$(mktemp -d)
+  (cd "$here/k8s" && go build -mod=mod -ldflags "$(k8s_ldflags)" -o "$out/" "${pkgs[@]}")
+  if [ -x "$out/server" ]; then mv "$out/server" "$out/etcd"; fi  # go names go.etcd.io/etcd/server/v3 "server"
+  for name in "${wanted[@]}"; do mv "$out/$name" "$bin/$name"; done
+  rmdir "$out"
+}
+
+go_install() {
+  local name=$1 module=$2
+  local var; var=$(printf '%s_BINARY' "$name" | tr 'a-z-' 'A-Z_')
+  [ -x "$bin/$name" ] || link_existing "$name" "$var" && return 0
+  log "installing $module"
+  GOBIN="$bin" go install "$module"
+}
+
+build_control_plane
+go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+echo "$bin"

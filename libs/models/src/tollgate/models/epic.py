@@ -1,0 +1,277 @@
+"""`epic.acnodal.io/v1`: the EPIC data model (seeds/epic-operator.md). Wire names are kebab-case."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, opaque
+
+GROUP = "epic.acnodal.io"
+VERSION = "v1"
+SYSTEM_NAMESPACE = "epic"
+SINGLETON_NAME = "epic"
+PRODUCT_NAME = "epic"
+USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
+ACCOUNT_LABEL = "epic.acnodal.io/account"
+PROXY_LABEL = "epic.acnodal.io/envoy-proxy"
+GUE_PORT = 6080
+MAX_TUNNEL_ID = 2**32 - 1
+
+
+def account_namespace(account: str) -> str:
+    """The user namespace of an account: the product name and a dash before the account's name."""
+    return f"{PRODUCT_NAME}-{account}"
+
+
+def _columns(*columns: tuple[str, str, str]) -> list[PrinterColumn]:
+    return [PrinterColumn(name=n, type=t, json_path=p) for n, t, p in columns]
+
+
+_AGE = ("Age", "date", ".metadata.creationTimestamp")
+_READY = ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status')
+
+
+class ServicePort(WireModel):
+    """A port as in a core/v1 Service."""
+
+    name: str | None = Field(default=None, max_length=63)
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    app_protocol: str | None = Field(default=None, alias="appProtocol")
+    port: int = Field(ge=1, le=65535, description="The port number.")
+    target_port: int | str | None = Field(default=None, alias="targetPort")
+    node_port: int | None = Field(default=None, alias="nodePort", ge=1, le=65535)
+
+
+def gue_port() -> ServicePort:
+    return ServicePort(port=GUE_PORT, protocol="UDP", app_protocol="gue")
+
+
+class GUEEndpoint(WireModel):
+    """Where an upstream tunnel terminates on the EPIC side."""
+
+    epic_address: IPv4Address = Field(alias="epic-address")
+    epic_port: ServicePort = Field(default_factory=gue_port, alias="epic-port")
+
+
+class GUETunnelEndpoint(GUEEndpoint):
+    tunnel_id: int = Field(alias="tunnel-id", ge=1, le=MAX_TUNNEL_ID)
+
+
+class TunnelIDBlock(WireModel):
+    """A contiguous range of tunnel IDs reserved by one allocator replica."""
+
+    owner: str = Field(min_length=1, description="Identity of the allocator that reserved the block.")
+    first: int = Field(ge=1, le=MAX_TUNNEL_ID)
+    last: int = Field(ge=1, le=MAX_TUNNEL_ID)
+    reserved_at: str | None = Field(default=None, alias="reserved-at")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TunnelIDBlock:
+        if self.last < self.first:
+            raise ValueError(f"last ({self.last}) must not be below first ({self.first})")
+        return self
+
+
+class EPICSpec(WireModel):
+    gue_endpoint: GUEEndpoint | None = Field(
+        default=None, alias="gue-endpoint", description="Where upstream GUE tunnels terminate."
+    )
+    tunnel_id_block_size: int = Field(
+        default=64,
+        alias="tunnel-id-block-size",
+        ge=1,
+        le=65536,
+        description="How many tunnel IDs an allocator reserves per write to this object.",
+    )
+
+
+class EPICStatus(Status):
+    current_tunnel_id: int = Field(
+        default=0,
+        alias="current-tunnel-id",
+        ge=0,
+        le=MAX_TUNNEL_ID,
+        description="The most recent tunnel ID handed out (or reserved in a block).",
+    )
+    tunnel_id_blocks: list[TunnelIDBlock] = Field(default_factory=list, alias="tunnel-id-blocks")
+
+
+class EPIC(CustomResource[EPICSpec, EPICStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="EPIC",
+        plural="epics",
+        short_names=["ep"],
+        categories=["tollgate", "epic"],
+        description="The EPIC configuration singleton, epic/epic.",
+        printer_columns=_columns(("Tunnel-ID", "integer", ".status.current-tunnel-id"), _AGE),
+    )
+
+
+class AccountSpec(WireModel):
+    display_name: str | None = Field(default=None, alias="display-name", max_length=253)
+
+
+class AccountStatus(Status):
+    namespace: str | None = Field(default=None, description="The user namespace this account owns.")
+    current_service_id: int = Field(
+        default=0,
+        alias="current-service-id",
+        ge=0,
+        description="The most recent service ID handed out to a load balancer of this account.",
+    )
+
+
+class Account(CustomResource[AccountSpec, AccountStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="Account",
+        plural="accounts",
+        short_names=["acct"],
+        categories=["tollgate", "epic"],
+        description="An EPIC account; it lives in its user namespace.",
+        printer_columns=_columns(("Namespace", "string", ".status.namespace"), _READY, _AGE),
+    )
+
+
+class LBServiceGroupSpec(WireModel):
+    envoy_image: str = Field(
+        default="envoyproxy/envoy:v1.40.0",
+        alias="envoy-image",
+        min_length=1,
+        description="Image of the Envoy proxies of this group's load balancers.",
+    )
+    envoy_replica_count: int = Field(default=1, alias="envoy-replica-count", ge=0, le=100)
+    envoy_bootstrap: str | None = Field(
+        default=None,
+        alias="envoy-bootstrap",
+        description="Envoy bootstrap template (YAML); {node_id}, {cluster} and {xds_address} are filled in.",
+    )
+
+
+class LBServiceGroupStatus(Status):
+    pass
+
+
+class LBServiceGroup(CustomResource[LBServiceGroupSpec, LBServiceGroupStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="LBServiceGroup",
+        plural="lbservicegroups",
+        short_names=["lbsg"],
+        categories=["tollgate", "epic"],
+        description="Template for the load balancers of an account.",
+        printer_columns=_columns(
+            ("Image", "string", ".spec.envoy-image"),
+            ("Replicas", "integer", ".spec.envoy-replica-count"),
+            _AGE,
+        ),
+    )
+
+
+class ProxySpec(WireModel):
+    display_name: str | None = Field(default=None, alias="display-name", max_length=253)
+    service_id: int | None = Field(
+        default=None, alias="service-id", ge=1, le=65535, description="Unique within the account; set once."
+    )
+    public_address: IPv4Address | None = Field(default=None, alias="public-address")
+    public_ports: list[ServicePort] = Field(default_factory=list, alias="public-ports")
+    service_group: str = Field(alias="service-group", min_length=1, description="The LBServiceGroup to use.")
+
+
+class ProxyStatus(Status):
+    gue_tunnel_endpoints: dict[str, GUETunnelEndpoint] = Field(
+        default_factory=dict,
+        alias="gue-tunnel-endpoints",
+        description="Upstream tunnels, by endpoint address.",
+    )
+    proxy_ifindex: int | None = Field(default=None, alias="proxy-ifindex", ge=0)
+    proxy_ifname: str | None = Field(default=None, alias="proxy-ifname")
+
+
+_PROXY_COLUMNS = _columns(
+    ("Service-ID", "integer", ".spec.service-id"),
+    ("Address", "string", ".spec.public-address"),
+    ("Group", "string", ".spec.service-group"),
+    _READY,
+    _AGE,
+)
+
+
+class LoadBalancerSpec(ProxySpec):
+    pass
+
+
+class LoadBalancerStatus(ProxyStatus):
+    pass
+
+
+class LoadBalancer(CustomResource[LoadBalancerSpec, LoadBalancerStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="LoadBalancer",
+        plural="loadbalancers",
+        short_names=["lb"],
+        categories=["tollgate", "epic"],
+        description="A load balancer: public ports served by Envoy proxies.",
+        printer_columns=_PROXY_COLUMNS,
+    )
+
+
+class GWProxySpec(ProxySpec):
+    gateway: dict[str, object] | None = opaque("The Gateway API listeners this proxy implements.")
+
+
+class GWProxyStatus(ProxyStatus):
+    pass
+
+
+class GWProxy(CustomResource[GWProxySpec, GWProxyStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="GWProxy",
+        plural="gwproxies",
+        short_names=["gwp"],
+        categories=["tollgate", "epic"],
+        description="A Gateway API proxy: a load balancer driven by a Gateway.",
+        printer_columns=_PROXY_COLUMNS,
+    )
+
+
+class RemoteEndpointSpec(WireModel):
+    load_balancer: str = Field(alias="load-balancer", min_length=1, description="LoadBalancer in this namespace.")
+    address: IPv4Address = Field(description="The upstream endpoint's address.")
+    port: ServicePort
+    node_address: IPv4Address | None = Field(
+        default=None, alias="node-address", description="Address of the node the endpoint runs on."
+    )
+
+
+class RemoteEndpointStatus(Status):
+    tunnel_id: int | None = Field(default=None, alias="tunnel-id", ge=1, le=MAX_TUNNEL_ID)
+
+
+class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="RemoteEndpoint",
+        plural="remoteendpoints",
+        short_names=["rep"],
+        categories=["tollgate", "epic"],
+        description="An upstream endpoint registered for a load balancer.",
+        printer_columns=_columns(
+            ("LoadBalancer", "string", ".spec.load-balancer"),
+            ("Address", "string", ".spec.address"),
+            ("Tunnel-ID", "integer", ".status.tunnel-id"),
+            _AGE,
+        ),
+    )

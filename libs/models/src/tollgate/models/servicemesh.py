@@ -1,0 +1,129 @@
+"""`servicemesh.l7mp.io/v1` VirtualService (seeds/xds-operator.md). Wire names are snake_case."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel
+
+GROUP = "servicemesh.l7mp.io"
+VERSION = "v1"
+MIN_HEALTH_CHECK_INTERVAL_MS = 500
+
+ServiceDiscovery = Literal["strictdns", "eds"]
+
+
+def _exactly_one(model: WireModel, *fields: str) -> None:
+    present = [name for name in fields if getattr(model, name) is not None]
+    if len(present) != 1:
+        raise ValueError(f"exactly one of {', '.join(fields)} must be set (got {', '.join(present) or 'none'})")
+
+
+class HealthCheck(WireModel):
+    interval: int = Field(
+        default=1000,
+        ge=MIN_HEALTH_CHECK_INTERVAL_MS,
+        description="Milliseconds between checks (500 at least).",
+    )
+    protocol: Literal["TCP"] = Field(default="TCP", description="TCP only: a connect-only check.")
+    timeout: int = Field(default=1000, ge=1, description="Milliseconds to wait for a check to connect.")
+    unhealthy_threshold: int = Field(default=3, ge=1, description="Failed checks before an endpoint is ejected.")
+    healthy_threshold: int = Field(default=1, ge=1, description="Passed checks before an endpoint returns.")
+
+
+class Host(WireModel):
+    model_config = {"json_schema_extra": {"oneOf": [{"required": ["selector"]}, {"required": ["address"]}]}}
+
+    selector: dict[str, str] | None = Field(default=None, description="Labels of the pods that serve traffic.")
+    address: str | None = Field(default=None, min_length=1, max_length=253, description="A DNS name or an IP address.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Host:
+        _exactly_one(self, "selector", "address")
+        return self
+
+
+class Endpoint(WireModel):
+    name: str = Field(min_length=1, max_length=253)
+    host: Host
+    port: int = Field(ge=1, le=65535, description="Where the proxy forwards the data.")
+    health_check_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Where health checks connect; defaults to port."
+    )
+
+
+class Cluster(WireModel):
+    name: str = Field(min_length=1, max_length=253)
+    service_discovery: ServiceDiscovery = Field(
+        default="strictdns", description="strictdns resolves host.address; eds follows pods by selector."
+    )
+    health_check: HealthCheck | None = None
+    hash_key: str | None = Field(
+        default=None, min_length=1, description="Sessions with the same key stick to one endpoint."
+    )
+    endpoints: list[Endpoint] = Field(min_length=1)
+
+
+class PortListener(WireModel):
+    port: int = Field(ge=1, le=65535, description="Listens on 0.0.0.0 at this port.")
+    cluster: Cluster
+
+
+class Listener(WireModel):
+    model_config = {"json_schema_extra": {"oneOf": [{"required": ["udp"]}, {"required": ["tcp"]}]}}
+
+    name: str = Field(min_length=1, max_length=253)
+    udp: PortListener | None = None
+    tcp: PortListener | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Listener:
+        _exactly_one(self, "udp", "tcp")
+        return self
+
+    @property
+    def protocol(self) -> Literal["UDP", "TCP"]:
+        return "UDP" if self.udp is not None else "TCP"
+
+    @property
+    def port_listener(self) -> PortListener:
+        listener = self.udp or self.tcp
+        assert listener is not None
+        return listener
+
+
+class VirtualServiceSpec(WireModel):
+    selector: dict[str, str] = Field(
+        default_factory=dict, description="Labels of the Envoy pods that receive this configuration."
+    )
+    listeners: list[Listener] = Field(default_factory=list)
+
+
+class VirtualServiceStatus(Status):
+    proxies: int | None = Field(default=None, ge=0, description="Envoys that this configuration applies to.")
+    programmed_proxies: int | None = Field(
+        default=None,
+        alias="programmed_proxies",
+        ge=0,
+        description="Envoys that have accepted its latest version.",
+    )
+
+
+class VirtualService(CustomResource[VirtualServiceSpec, VirtualServiceStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="VirtualService",
+        plural="virtualservices",
+        short_names=["vsvc"],
+        categories=["tollgate", "servicemesh"],
+        description="Listeners, clusters and endpoints for the Envoy pods its selector picks.",
+        printer_columns=[
+            PrinterColumn(name="Proxies", type="integer", json_path=".status.proxies"),
+            PrinterColumn(name="Programmed", type="integer", json_path=".status.programmed_proxies"),
+            PrinterColumn(name="Ready", type="string", json_path='.status.conditions[?(@.type=="Programmed")].status'),
+            PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp"),
+        ],
+    )

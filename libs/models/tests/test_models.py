@@ -1,0 +1,135 @@
+"""Model behaviour a service relies on: wire names, defaults, errors that name the field, conditions."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tollgate.models import Goop, LoadBalancer, RoutedIP, VirtualService, parse
+from tollgate.models.base import Status
+from tollgate.models.epic import EPIC, account_namespace
+from tollgate.models.goop import GoopSpec
+from tollgate.models.routedip import ClusterRoutedIPClass, parse_port_range
+
+
+def test_wire_names_are_the_seeds() -> None:
+    lb = LoadBalancer.model_validate(
+        {
+            "apiVersion": "epic.acnodal.io/v1",
+            "kind": "LoadBalancer",
+            "metadata": {"name": "a"},
+            "spec": {"service-group": "g", "public-ports": [{"port": 80}]},
+        }
+    )
+    wire = lb.to_wire()
+    assert wire["spec"]["service-group"] == "g"
+    assert wire["spec"]["public-ports"] == [{"port": 80, "protocol": "TCP"}]
+
+
+def test_an_unknown_field_is_named() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse(
+            {
+                "apiVersion": "goop.example.com/v1alpha1",
+                "kind": "Goop",
+                "metadata": {"name": "g"},
+                "spec": {"cmd": "true", "jobcount": 3},
+            }
+        )
+    assert "spec.jobcount" in str(caught.value).replace("\n", ".")
+    assert "Extra inputs are not permitted" in str(caught.value)
+
+
+def test_a_bad_address_is_named() -> None:
+    with pytest.raises(ValidationError) as caught:
+        RoutedIP.model_validate(
+            {
+                "apiVersion": "routedip.tollgate.io/v1alpha1",
+                "kind": "RoutedIP",
+                "metadata": {"name": "r"},
+                "spec": {
+                    "className": "c",
+                    "routedIP": "300.1.1.1",
+                    "serviceRef": {"serviceName": "s", "namespace": "d"},
+                },
+            }
+        )
+    assert "routedIP" in str(caught.value)
+
+
+def test_kind_mismatch_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"expected goop\.example\.com/v1alpha1 Goop"):
+        Goop.model_validate({"apiVersion": "goop.example.com/v1alpha1", "kind": "Gloop", "spec": {"cmd": "x"}})
+
+
+def test_defaults_follow_the_seeds() -> None:
+    crip = ClusterRoutedIPClass.model_validate(
+        {
+            "apiVersion": "routedip.tollgate.io/v1alpha1",
+            "kind": "ClusterRoutedIPClass",
+            "spec": {"className": "c"},
+        }
+    )
+    assert (crip.spec.firewall_post_allow, crip.spec.node_port_range, crip.spec.per_node_ip_limit) == (
+        False,
+        "30000-32767",
+        1,
+    )
+    goop = Goop.new("g", GoopSpec(cmd="echo"))
+    assert (goop.spec.image, goop.spec.placement, goop.spec.job_count) == ("busybox", "Jobs", 1)
+
+
+def test_listener_is_exactly_one_of_udp_and_tcp() -> None:
+    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "a"}, "port": 1}]}
+    with pytest.raises(ValidationError, match="exactly one of udp, tcp"):
+        VirtualService.model_validate(
+            {
+                "apiVersion": "servicemesh.l7mp.io/v1",
+                "kind": "VirtualService",
+                "spec": {
+                    "listeners": [
+                        {
+                            "name": "l",
+                            "udp": {"port": 1, "cluster": cluster},
+                            "tcp": {"port": 1, "cluster": cluster},
+                        }
+                    ]
+                },
+            }
+        )
+
+
+def test_port_range() -> None:
+    assert parse_port_range("30000-32767") == (30000, 32767)
+    with pytest.raises(ValueError, match="LOW <= HIGH"):
+        parse_port_range("32767-30000")
+
+
+def test_account_namespace() -> None:
+    assert account_namespace("acme-widgets") == "epic-acme-widgets"
+
+
+def test_set_condition_keeps_transition_time_when_status_holds() -> None:
+    status = Status()
+    assert status.set_condition("Ready", "False", "Waiting", "for proxies")
+    first = status.condition("Ready")
+    assert first is not None and first.last_transition_time
+    assert not status.set_condition("Ready", "False", "Waiting", "for proxies")
+    assert status.set_condition("Ready", "False", "Still", "for proxies")
+    again = status.condition("Ready")
+    assert again is not None and again.last_transition_time == first.last_transition_time
+    assert status.set_condition("Ready", "True", "Ready")
+
+
+def test_seed_epic_status_shape() -> None:
+    epic = EPIC.model_validate(
+        {
+            "apiVersion": "epic.acnodal.io/v1",
+            "kind": "EPIC",
+            "metadata": {"name": "epic"},
+            "spec": {},
+            "status": {"current-tunnel-id": 4},
+        }
+    )
+    assert epic.status is not None and epic.status.current_tunnel_id == 4
+    assert epic.to_wire()["status"]["current-tunnel-id"] == 4

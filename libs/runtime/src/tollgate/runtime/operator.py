@@ -1,0 +1,43 @@
+"""Running kopf handlers inside a tollgate service: readiness follows kopf's, SIGTERM stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import kopf
+
+from tollgate.runtime.service import ServiceContext
+from tollgate.runtime.settings import ServiceSettings
+
+FINALIZER = "tollgate.io/finalizer"
+
+
+def configure(settings: kopf.OperatorSettings, service: str) -> None:
+    """The kopf settings every tollgate operator shares."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"{service}.tollgate.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=f"{service}.tollgate.io", key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 30
+
+
+async def run_operator(
+    settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry | None = None
+) -> None:
+    """Run kopf until the service is asked to stop. Watches `settings.namespace`, or the whole cluster."""
+    if settings.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(settings.kubeconfig)
+    ready = asyncio.Event()
+    context.health.add_readiness_check("operator", lambda: ready.is_set() or "kopf is not watching yet")
+    namespaces = [settings.namespace] if settings.namespace else []
+    await kopf.operator(
+        registry=registry,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        standalone=True,
+        ready_flag=ready,
+        stop_flag=context.stop,
+    )

@@ -1,0 +1,71 @@
+"""OpenTelemetry from the standard OTEL_* variables: OTLP export when an endpoint is set, Prometheus always.
+
+Spans go to an OTLP/HTTP (JSON) exporter only when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not `none`); otherwise they
+are recorded and dropped. Metrics are read by a Prometheus reader that `/metrics` serves.
+
+The exporter speaks OTLP/HTTP with JSON bodies: the protobuf exporter needs `opentelemetry-proto`,
+whose modules xds-protos ships too, in an older version that breaks it (grpc/grpc#42830).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    exporting: bool
+
+    def tracer(self, name: str) -> trace.Tracer:
+        return self.tracer_provider.get_tracer(name)
+
+    def meter(self, name: str) -> metrics.Meter:
+        return self.meter_provider.get_meter(name)
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def otlp_configured(environ: dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def _otlp_exporter() -> SpanExporter:
+    from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()  # endpoint, headers and timeout come from the OTEL_* variables
+
+
+_installed: Telemetry | None = None
+
+
+def setup_telemetry(service_name: str) -> Telemetry:
+    """Install tracer and meter providers once per process (OTEL_SERVICE_NAME overrides the name)."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", service_name)})
+    tracer_provider = TracerProvider(resource=resource)
+    exporting = otlp_configured()
+    if exporting:
+        tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
+    meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader()])
+    trace.set_tracer_provider(tracer_provider)
+    metrics.set_meter_provider(meter_provider)
+    _installed = Telemetry(tracer_provider, meter_provider, exporting)
+    return _installed

@@ -1,0 +1,1 @@
+"""tollgate.allocator: the EPIC data model, system-wide tunnel IDs and endpoint registration over gRPC."""

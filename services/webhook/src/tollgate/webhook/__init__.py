@@ -1,0 +1,1 @@
+"""tollgate.webhook: Admission webhook (FastAPI) that defaults and validates every tollgate kind."""
