@@ -10,6 +10,7 @@ K8S_VERSION := $(shell sed -n 's/^K8S_VERSION=//p' hack/versions.env)
 TOOLS_BIN   := $(CACHE_DIR)/$(K8S_VERSION)/bin
 RUN         := $(UV) run --frozen
 export PATH := $(TOOLS_BIN):$(PATH)
+export TOLLGATE_TOOLS_BIN := $(TOOLS_BIN)
 
 define later
 	@echo "make $@: not available yet; it lands with $(1)" >&2; exit 2
@@ -29,7 +30,7 @@ sync: $(UV) ## install the Python packages (uv workspace, locked)
 
 .PHONY: tools
 tools: ## build or fetch the control-plane binaries (cached, idempotent)
-	hack/tools.sh
+	@hack/tools.sh >/dev/null
 
 .PHONY: manifests
 manifests: sync ## regenerate crds/ from tollgate.models
@@ -43,16 +44,16 @@ lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) python -m tollgate.models crds --check
 
 .PHONY: test
-test: lint ## lint, unit and end-to-end tests
+test: lint tools ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
 	$(RUN) pytest
 
 .PHONY: cluster
-cluster: ## the embedded cluster (kubeconfig at .dev/kubeconfig)
-	$(call later,the embedded cluster (issue 3))
+cluster: sync tools ## the embedded cluster (kubeconfig at .dev/kubeconfig)
+	$(RUN) python -m tollgate.testing.cluster up
 
 .PHONY: cluster-down
-cluster-down: ## stop the embedded cluster
-	$(call later,the embedded cluster (issue 3))
+cluster-down: sync ## stop the embedded cluster
+	$(RUN) python -m tollgate.testing.cluster down
 
 .PHONY: install
 install: ## install the CRDs into the current cluster

@@ -11,6 +11,7 @@ import yaml
 
 from tollgate.models import ALL_KINDS, kind_for, parse
 from tollgate.models.crd import openapi_schema
+from tollgate.testing.compare import assert_contains
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = sorted((ROOT / "deploy" / "samples").glob("*.yaml"))
@@ -27,21 +28,6 @@ def tollgate_documents() -> list[tuple[str, dict[str, Any]]]:
 
 
 DOCUMENTS = tollgate_documents()
-
-
-def assert_contains(expected: Any, actual: Any, path: str = "") -> None:
-    """Every field of `expected` is in `actual` with the same value (defaults may be added)."""
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict), f"{path}: expected an object, got {actual!r}"
-        for key, value in expected.items():
-            assert key in actual, f"{path}.{key}: lost in the round trip"
-            assert_contains(value, actual[key], f"{path}.{key}")
-    elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), f"{path}: list changed"
-        for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
-            assert_contains(want, got, f"{path}[{index}]")
-    else:
-        assert expected == actual, f"{path}: {expected!r} became {actual!r}"
 
 
 def test_every_kind_has_a_sample() -> None:

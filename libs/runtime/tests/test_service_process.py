@@ -43,7 +43,7 @@ async def test_spans_exported_and_sigterm_stops_cleanly() -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = site._server.sockets[0].getsockname()[1]
     env = {
         **os.environ,
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",

@@ -105,7 +105,7 @@ class EPIC(CustomResource[EPICSpec, EPICStatus]):
         version=VERSION,
         kind="EPIC",
         plural="epics",
-        short_names=["ep"],
+        short_names=["ec"],
         categories=["tollgate", "epic"],
         description="The EPIC configuration singleton, epic/epic.",
         printer_columns=_columns(("Tunnel-ID", "integer", ".status.current-tunnel-id"), _AGE),

@@ -1,0 +1,109 @@
+"""pytest fixtures for tests that need a cluster (registered as the `tollgate` pytest plugin).
+
+- `cluster`: one embedded cluster for the whole session, CRDs installed. Set TOLLGATE_E2E_KUBECONFIG
+  to run against a cluster you started yourself (`make cluster`, or kind) instead.
+- `namespace`: a fresh namespace per test, deleted afterwards.
+- `run_service`: start a tollgate service as a subprocess; its logs are printed when the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tollgate.runtime.kube import api_client
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tools import repo_root
+
+NODES = 3
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return any(getattr(getattr(request.node, f"report_{when}", None), "failed", False) for when in ("setup", "call"))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    external = os.environ.get("TOLLGATE_E2E_KUBECONFIG")
+    if external:
+        reused = EmbeddedCluster("external", Path("/nonexistent"), Path(external))
+        reused.wait_ready(60)
+        reused.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
+        reused.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        yield reused
+        return
+    workdir = tmp_path_factory.mktemp("kwok")
+    embedded = EmbeddedCluster(f"tollgate-test-{os.getpid()}", workdir, workdir / "kubeconfig")
+    try:
+        seconds = embedded.up(NODES)
+        print(f"\nembedded cluster ready in {seconds:.1f} s ({NODES} nodes)")
+        embedded.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
+        embedded.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        yield embedded
+    finally:
+        embedded.down()
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: EmbeddedCluster) -> client.ApiClient:
+    return api_client(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def core(kube: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(kube)
+
+
+@pytest.fixture(scope="session")
+def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{stem}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"tollgate.io/test": "true"}))
+    )
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+ServiceFactory = Callable[..., ServiceProcess]
+
+
+@pytest.fixture
+def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_path: Path) -> Iterator[ServiceFactory]:
+    """`run_service("jobs", env={...})` starts the service and waits for /readyz."""
+    started: list[ServiceProcess] = []
+
+    def start(name: str, *, kubeconfig: Path | None = None, ready: bool = True, **kwargs: Any) -> ServiceProcess:
+        service = ServiceProcess(name, kubeconfig or cluster.kubeconfig, tmp_path / "logs", **kwargs)
+        started.append(service)
+        service.start()
+        if ready:
+            service.wait_ready()
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
+    if _failed(request):
+        for service in started:
+            print(f"\n----- logs of {service.name} ({service.log_path}) -----\n{service.logs()[-20000:]}")

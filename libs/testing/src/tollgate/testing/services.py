@@ -1,0 +1,97 @@
+"""Run a tollgate service as a real subprocess against a cluster, and keep its logs for when a test fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from tollgate.testing.net import free_port
+from tollgate.testing.wait import wait_for
+
+
+class ServiceProcess:
+    """`python -m tollgate.<name>` with its own kubeconfig, health port and log file."""
+
+    def __init__(
+        self,
+        name: str,
+        kubeconfig: Path,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        module: str | None = None,
+    ) -> None:
+        self.name = name
+        self.module = module or f"tollgate.{name}"
+        self.kubeconfig = kubeconfig
+        self.log_path = log_dir / f"{name}-{os.getpid()}-{id(self)}.log"
+        self.health_port = free_port()
+        prefix = f"TOLLGATE_{name.upper()}_"
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            f"{prefix}KUBECONFIG": str(kubeconfig),
+            f"{prefix}HEALTH_HOST": "127.0.0.1",
+            f"{prefix}HEALTH_PORT": str(self.health_port),
+            f"{prefix}LOG_LEVEL": "DEBUG",
+            **(env or {}),
+        }
+        self.args = args
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.health_port}"
+
+    def start(self) -> ServiceProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", self.module, *self.args], env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.logs()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.health_url}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_ready(self, timeout: float = 60) -> ServiceProcess:
+        wait_for(self._ready, f"{self.name} /readyz", timeout=timeout, interval=0.2)
+        return self
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM and wait (SIGKILL after `timeout`); the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to clean up."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

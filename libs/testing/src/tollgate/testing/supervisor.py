@@ -1,0 +1,379 @@
+"""Process-backed Envoy pods: one real Envoy process per running pod that carries ENVOY_PROXY_LABEL.
+
+KWOK simulates every other pod; this plays the kubelet for Envoy pods on the embedded cluster. For each
+such pod it reads the bootstrap (a ConfigMap mounted where `-c`/`--config-path` points, or
+`--config-yaml`), expands `$(VAR)` from the pod's env (downward API included), fills the node identity
+from the pod, binds admin and static listeners to the pod IP, and runs Envoy. It stops the process when
+the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready condition.
+
+Run it as `python -m tollgate.testing.supervisor` (the tests and `make dev` do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from kubernetes import client, watch
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from tollgate.models.base import now_rfc3339
+from tollgate.models.envoy import (
+    ADMIN_PORT,
+    ENVOY_CONTAINER,
+    ENVOY_PROXY_LABEL,
+    LISTENER_ADDRESS_KEY,
+    POD_LABELS_KEY,
+    POD_NAME_KEY,
+    POD_NAMESPACE_KEY,
+)
+from tollgate.runtime.kube import api_client
+from tollgate.runtime.service import ServiceContext, run
+from tollgate.runtime.settings import ServiceSettings
+from tollgate.testing.envoy import EnvoyError, EnvoyProcess
+
+log = logging.getLogger("tollgate.testing.supervisor")
+JSON = dict[str, Any]
+
+
+class Settings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TOLLGATE_SUPERVISOR_", extra="ignore")
+
+    service_name: str = "tollgate-envoy-supervisor"
+    log_dir: Path = Field(default=Path(".dev/envoy"), description="Where each Envoy's log goes.")
+    envoy_log_level: str = "info"
+    restart_backoff: float = Field(default=1.0, description="Seconds before restarting a crashed Envoy.")
+
+
+class BootstrapError(ValueError):
+    pass
+
+
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_FIELD_PATHS = {
+    "metadata.name": lambda pod: pod["metadata"]["name"],
+    "metadata.namespace": lambda pod: pod["metadata"]["namespace"],
+    "metadata.uid": lambda pod: pod["metadata"]["uid"],
+    "spec.nodeName": lambda pod: pod["spec"].get("nodeName", ""),
+    "status.podIP": lambda pod: pod["status"].get("podIP", ""),
+    "status.hostIP": lambda pod: pod["status"].get("hostIP", ""),
+}
+
+
+def envoy_container(pod: JSON) -> JSON:
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == ENVOY_CONTAINER), containers[0])
+
+
+def container_env(pod: JSON, container: JSON) -> dict[str, str]:
+    """The container's env as the kubelet would set it: plain values and downward-API field refs."""
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), var["value"])
+        elif (ref := var.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in _FIELD_PATHS:
+            env[var["name"]] = str(_FIELD_PATHS[ref["fieldPath"]](pod))
+    return env
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    return _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def _flag(args: list[str], *names: str) -> str | None:
+    for index, arg in enumerate(args):
+        for name in names:
+            if arg == name and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def bootstrap_source(pod: JSON, args: list[str]) -> tuple[str, str] | str:
+    """Inline YAML (`--config-yaml`), or (ConfigMap name, key) for the mounted file `-c` names."""
+    inline = _flag(args, "--config-yaml")
+    if inline is not None:
+        return inline
+    path_text = _flag(args, "-c", "--config-path")
+    if path_text is None:
+        raise BootstrapError("the envoy container has neither -c/--config-path nor --config-yaml")
+    path = PurePosixPath(path_text)
+    container = envoy_container(pod)
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        mount_path = PurePosixPath(mount["mountPath"])
+        if path == mount_path or mount_path in path.parents:
+            config_map = volumes.get(mount["name"], {}).get("configMap")
+            if config_map is None:
+                raise BootstrapError(f"{path_text} is mounted from volume {mount['name']}, which is not a ConfigMap")
+            key = mount.get("subPath") or str(path.relative_to(mount_path))
+            return config_map["name"], key
+    raise BootstrapError(f"no volumeMount of the envoy container holds {path_text}")
+
+
+def _rebind(node: Any, address: str) -> None:
+    """Static listeners on 0.0.0.0 move to the pod IP (pods here share the machine's network)."""
+    if isinstance(node, dict):
+        socket = node.get("socket_address")
+        if isinstance(socket, dict) and socket.get("address") in ("0.0.0.0", "::"):
+            socket["address"] = address
+        for value in node.values():
+            _rebind(value, address)
+    elif isinstance(node, list):
+        for value in node:
+            _rebind(value, address)
+
+
+def prepare_bootstrap(pod: JSON, text: str, args: list[str], env: dict[str, str]) -> JSON:
+    """The bootstrap Envoy runs with: identity from the pod, admin and listeners on the pod IP."""
+    bootstrap = yaml.safe_load(expand(text, env)) or {}
+    if not isinstance(bootstrap, dict):
+        raise BootstrapError("the bootstrap is not a YAML mapping")
+    meta, pod_ip = pod["metadata"], pod["status"]["podIP"]
+    node = bootstrap.setdefault("node", {})
+    node["id"] = _flag(args, "--service-node") or node.get("id") or f"{meta['name']}.{meta['namespace']}"
+    node["cluster"] = _flag(args, "--service-cluster") or node.get("cluster") or meta["namespace"]
+    node.setdefault("metadata", {}).update(
+        {
+            POD_NAME_KEY: meta["name"],
+            POD_NAMESPACE_KEY: meta["namespace"],
+            POD_LABELS_KEY: meta.get("labels", {}),
+            LISTENER_ADDRESS_KEY: pod_ip,
+        }
+    )
+    bootstrap["admin"] = {"address": {"socket_address": {"address": pod_ip, "port_value": ADMIN_PORT}}}
+    for listener in bootstrap.get("static_resources", {}).get("listeners", []):
+        _rebind(listener.get("address"), pod_ip)
+    return bootstrap
+
+
+@dataclass
+class Managed:
+    uid: str
+    namespace: str
+    name: str
+    bootstrap: JSON
+    admin_host: str
+    log_path: Path
+    envoy: EnvoyProcess | None = None
+    restarts: int = 0
+    task: asyncio.Task[None] | None = None
+    stopping: bool = field(default=False)
+
+
+class Supervisor:
+    def __init__(self, api: client.ApiClient, settings: Settings) -> None:
+        self.core = client.CoreV1Api(api)
+        self.settings = settings
+        self.managed: dict[str, Managed] = {}
+        self.synced = False
+
+    def _is_running(self, pod: JSON) -> bool:
+        return (
+            pod["metadata"].get("deletionTimestamp") is None
+            and pod["status"].get("phase") == "Running"
+            and bool(pod["status"].get("podIP"))
+        )
+
+    async def reconcile(self, pod: JSON) -> None:
+        uid = pod["metadata"]["uid"]
+        if self._is_running(pod):
+            if uid not in self.managed:
+                await self._launch(pod)
+        elif uid in self.managed:
+            await self._stop(uid, "pod is no longer running")
+
+    async def forget_missing(self, present: set[str]) -> None:
+        for uid in set(self.managed) - present:
+            await self._stop(uid, "pod is gone")
+
+    async def forget(self, uid: str, why: str) -> None:
+        if uid in self.managed:
+            await self._stop(uid, why)
+
+    async def _bootstrap(self, pod: JSON) -> JSON:
+        container = envoy_container(pod)
+        env = container_env(pod, container)
+        args = [expand(arg, env) for arg in [*container.get("command", [])[1:], *container.get("args", [])]]
+        source = bootstrap_source(pod, args)
+        if isinstance(source, str):
+            text = source
+        else:
+            name, key = source
+            config_map = await asyncio.to_thread(
+                self.core.read_namespaced_config_map, name, pod["metadata"]["namespace"]
+            )
+            data: dict[str, str] = config_map.data or {}
+            if key not in data:
+                raise BootstrapError(f"ConfigMap {name} has no key {key}")
+            text = data[key]
+        return prepare_bootstrap(pod, text, args, env)
+
+    async def _launch(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        try:
+            bootstrap = await self._bootstrap(pod)
+        except (BootstrapError, client.ApiException) as error:
+            log.error("cannot run Envoy for %s: %s", where, error)
+            await self._set_ready(pod, False, "BootstrapInvalid", str(error))
+            return
+        log_path = self.settings.log_dir / f"{meta['namespace']}_{meta['name']}.log"
+        managed = Managed(meta["uid"], meta["namespace"], meta["name"], bootstrap, pod["status"]["podIP"], log_path)
+        self.managed[meta["uid"]] = managed
+        managed.task = asyncio.create_task(self._keep_running(managed, pod), name=f"envoy {where}")
+
+    async def _keep_running(self, managed: Managed, pod: JSON) -> None:
+        where = f"{managed.namespace}/{managed.name}"
+        while not managed.stopping:
+            envoy = managed.envoy = EnvoyProcess(
+                managed.bootstrap,
+                admin_host=managed.admin_host,
+                admin_port=ADMIN_PORT,
+                log_path=managed.log_path,
+                log_level=self.settings.envoy_log_level,
+            )
+            try:
+                await envoy.start()
+            except EnvoyError as error:
+                log.error("Envoy for %s failed to start: %s", where, error)
+                await self._set_ready(pod, False, "EnvoyFailed", str(error)[-1000:], managed.restarts)
+            else:
+                log.info(
+                    "Envoy for %s is live", where, extra={"pid": managed.envoy.pid, "admin": managed.envoy.admin_url}
+                )
+                await self._set_ready(pod, True, "EnvoyLive", f"pid {managed.envoy.pid}", managed.restarts)
+                code = await managed.envoy.wait()
+                if managed.stopping:
+                    return
+                log.warning("Envoy for %s exited with %s; restarting", where, code)
+                await self._set_ready(pod, False, "EnvoyExited", f"exit code {code}", managed.restarts, code)
+            managed.restarts += 1
+            await asyncio.sleep(self.settings.restart_backoff)
+
+    async def _stop(self, uid: str, why: str) -> None:
+        managed = self.managed.pop(uid)
+        managed.stopping = True
+        log.info("stopping Envoy for %s/%s: %s", managed.namespace, managed.name, why)
+        if managed.envoy is not None:
+            await managed.envoy.stop()
+        if managed.task is not None:
+            managed.task.cancel()
+
+    async def stop_all(self) -> None:
+        for uid in list(self.managed):
+            await self._stop(uid, "supervisor stopping")
+
+    async def _set_ready(
+        self, pod: JSON, ready: bool, reason: str, message: str, restarts: int = 0, exit_code: int | None = None
+    ) -> None:
+        status = "True" if ready else "False"
+        now = now_rfc3339()
+        container = envoy_container(pod)
+        state: JSON = (
+            {"running": {"startedAt": now}}
+            if ready
+            else {
+                "terminated": {
+                    "exitCode": exit_code if exit_code is not None else 1,
+                    "reason": reason,
+                    "finishedAt": now,
+                }
+            }
+        )
+        body = {
+            "status": {
+                "conditions": [
+                    {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+                    for kind in ("Ready", "ContainersReady")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": container["name"],
+                        "image": container.get("image", ""),
+                        "ready": ready,
+                        "restartCount": restarts,
+                        "state": state,
+                    }
+                ],
+            }
+        }
+        meta = pod["metadata"]
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"], body)
+        except client.ApiException as error:
+            if error.status != 404:
+                log.warning("cannot update status of %s/%s: %s", meta["namespace"], meta["name"], error.reason)
+
+
+def _watch(core: client.CoreV1Api, emit: Callable[[str, JSON], None], stop: threading.Event) -> None:
+    """List then watch, in a daemon thread; a LIST event carries every pod, for resyncing."""
+    while not stop.is_set():
+        try:
+            listing = core.list_pod_for_all_namespaces(label_selector=ENVOY_PROXY_LABEL, _preload_content=False)
+            body = json.loads(listing.data)  # type: ignore[attr-defined]
+            emit("LIST", body)
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                core.list_pod_for_all_namespaces,
+                label_selector=ENVOY_PROXY_LABEL,
+                resource_version=body["metadata"]["resourceVersion"],
+                timeout_seconds=30,
+            )
+            for event in stream:
+                emit(event["type"], core.api_client.sanitize_for_serialization(event["object"]))
+                if stop.is_set():
+                    return
+        except Exception as error:  # whatever went wrong, start again from a fresh list
+            log.warning("pod watch failed, relisting: %s", error)
+            stop.wait(1)
+
+
+async def main(settings: Settings, context: ServiceContext) -> None:
+    supervisor = Supervisor(api_client(settings.kubeconfig), settings)
+    context.health.add_readiness_check("pods", lambda: supervisor.synced or "pods not listed yet")
+    queue: asyncio.Queue[tuple[str, JSON]] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    stop_watching = threading.Event()
+
+    def emit(kind: str, obj: JSON) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, (kind, obj))
+
+    threading.Thread(target=_watch, args=(supervisor.core, emit, stop_watching), daemon=True).start()
+    try:
+        while not context.stop.is_set():
+            getter = asyncio.ensure_future(queue.get())
+            stopper = asyncio.ensure_future(context.stop.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                break
+            kind, obj = getter.result()
+            if kind == "LIST":
+                pods = obj["items"]
+                for pod in pods:
+                    await supervisor.reconcile(pod)
+                await supervisor.forget_missing({pod["metadata"]["uid"] for pod in pods})
+                supervisor.synced = True
+            elif kind == "DELETED":
+                await supervisor.forget(obj["metadata"]["uid"], "pod deleted")
+            else:
+                await supervisor.reconcile(obj)
+    finally:
+        stop_watching.set()
+        await supervisor.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(run("python -m tollgate.testing.supervisor", __doc__ or "", Settings, main))

