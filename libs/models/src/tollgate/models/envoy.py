@@ -14,3 +14,54 @@ LISTENER_ADDRESS_KEY = "tollgate.io/listener-address"
 POD_NAME_KEY = "tollgate.io/pod-name"
 POD_NAMESPACE_KEY = "tollgate.io/pod-namespace"
 POD_LABELS_KEY = "tollgate.io/pod-labels"
+XDS_CLUSTER = "tollgate-xds"
+
+
+def ads_bootstrap(xds_host: str, xds_port: int, *, delta: bool = False) -> dict[str, object]:
+    """An Envoy bootstrap that takes everything (clusters, endpoints, listeners) from the xDS server over ADS.
+
+    The node identity is left to the command line (`--service-node`, `--service-cluster`), filled from the
+    pod through the downward API, as a Deployment of Envoy proxies does it.
+    """
+    ads: dict[str, object] = {"ads": {}, "resource_api_version": "V3"}
+    return {
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "DELTA_GRPC" if delta else "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "set_node_on_first_message_only": True,
+            },
+            "cds_config": ads,
+            "lds_config": ads,
+        },
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": XDS_CLUSTER,
+                    "type": "STRICT_DNS",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
+                    "load_assignment": {
+                        "cluster_name": XDS_CLUSTER,
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {"socket_address": {"address": xds_host, "port_value": xds_port}}
+                                        }
+                                    }
+                                ]
+                            }
+                        ],
+                    },
+                }
+            ]
+        },
+    }

@@ -16,7 +16,7 @@ SINGLETON_NAME = "epic"
 PRODUCT_NAME = "epic"
 USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
 ACCOUNT_LABEL = "epic.acnodal.io/account"
-PROXY_LABEL = "epic.acnodal.io/envoy-proxy"
+LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
 GUE_PORT = 6080
 MAX_TUNNEL_ID = 2**32 - 1
 
