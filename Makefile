@@ -33,8 +33,15 @@ tools: ## build or fetch the control-plane binaries (cached, idempotent)
 	@hack/tools.sh >/dev/null
 
 .PHONY: manifests
-manifests: sync ## regenerate crds/ from tollgate.models
+manifests: sync ## regenerate crds/ from tollgate.models, and the files the charts embed
 	$(RUN) python -m tollgate.models crds
+	$(RUN) python hack/chart_files.py
+
+CHARTS := $(filter-out deploy/charts/tollgate-common,$(wildcard deploy/charts/tollgate-*))
+
+.PHONY: charts
+charts: tools ## vendor the library chart into every service chart (offline: file:// dependency)
+	@for chart in $(CHARTS); do helm dependency update --skip-refresh $$chart >/dev/null; done
 
 .PHONY: lint
 lint: sync ## ruff, mypy, and the crds/ drift check
@@ -42,9 +49,10 @@ lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff format --check .
 	$(RUN) mypy libs services tests
 	$(RUN) python -m tollgate.models crds --check
+	$(RUN) python hack/chart_files.py --check
 
 .PHONY: test
-test: lint tools ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
+test: lint tools charts ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
 	$(RUN) pytest
 
 .PHONY: cluster

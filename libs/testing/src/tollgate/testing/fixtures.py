@@ -20,6 +20,7 @@ from kubernetes import client
 
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 
@@ -90,10 +91,18 @@ ServiceFactory = Callable[..., ServiceProcess]
 
 @pytest.fixture
 def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_path: Path) -> Iterator[ServiceFactory]:
-    """`run_service("jobs", env={...})` starts the service and waits for /readyz."""
+    """`run_service("jobs", rbac=True, env={...})` starts the service and waits for /readyz.
+
+    With `rbac=True` the service authenticates as its chart's ServiceAccount, bound to exactly the
+    chart's rules (rendered with helm), so a missing permission fails the test.
+    """
     started: list[ServiceProcess] = []
 
-    def start(name: str, *, kubeconfig: Path | None = None, ready: bool = True, **kwargs: Any) -> ServiceProcess:
+    def start(
+        name: str, *, kubeconfig: Path | None = None, rbac: bool = False, ready: bool = True, **kwargs: Any
+    ) -> ServiceProcess:
+        if rbac:
+            kubeconfig = service_account_kubeconfig(cluster, name, tmp_path)
         service = ServiceProcess(name, kubeconfig or cluster.kubeconfig, tmp_path / "logs", **kwargs)
         started.append(service)
         service.start()
