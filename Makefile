@@ -47,7 +47,7 @@ charts: tools ## vendor the library chart into every service chart (offline: fil
 lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services tests
+	$(RUN) mypy libs services tests dagger/src
 	$(RUN) python -m tollgate.models crds --check
 	$(RUN) python hack/chart_files.py --check
 
@@ -91,9 +91,15 @@ dev-down: ## stop what make dev-up started
 bench: ## the benchmarks under bench/
 	$(call later,the services' benchmarks (issues 4 to 8))
 
+SERVICES  := allocator xds routedip jobs webhook
+IMAGE_TAG ?= dev
+
 .PHONY: docker-build
-docker-build: ## one image per service
-	$(call later,issue 9)
+docker-build: ## one image per service (needs a Docker engine)
+	@command -v docker >/dev/null || { echo "make docker-build: no docker client on PATH" >&2; exit 2; }
+	@for service in $(SERVICES); do \
+	  docker build -f services/$$service/Dockerfile -t ghcr.io/tollgate/$$service:$(IMAGE_TAG) . || exit $$?; \
+	done
 
 .PHONY: deploy
 deploy: ## Helm charts into the current cluster

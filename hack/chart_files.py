@@ -17,7 +17,9 @@ CHARTS = ROOT / "deploy" / "charts"
 
 
 def wanted() -> dict[Path, str]:
-    files = {CHARTS / "tollgate-crds" / "files" / crd.name: crd.read_text() for crd in sorted((ROOT / "crds").glob("*.yaml"))}
+    files = {
+        CHARTS / "tollgate-crds" / "files" / crd.name: crd.read_text() for crd in sorted((ROOT / "crds").glob("*.yaml"))
+    }
     for rbac in sorted((ROOT / "services").glob("*/rbac.yaml")):
         files[CHARTS / f"tollgate-{rbac.parent.name}" / "files" / "rbac.yaml"] = rbac.read_text()
     return files
