@@ -35,7 +35,7 @@ tools: ## build or fetch the control-plane binaries (cached, idempotent)
 .PHONY: manifests
 manifests: sync ## regenerate crds/ from tollgate.models, and the files the charts embed
 	$(RUN) python -m tollgate.models crds
-	$(RUN) python hack/chart_files.py
+	$(RUN) python hack/generated_files.py
 
 CHARTS := $(filter-out deploy/charts/tollgate-common,$(wildcard deploy/charts/tollgate-*))
 
@@ -49,7 +49,7 @@ lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff format --check .
 	$(RUN) mypy libs services tests dagger/src
 	$(RUN) python -m tollgate.models crds --check
-	$(RUN) python hack/chart_files.py --check
+	$(RUN) python hack/generated_files.py --check
 
 .PHONY: test
 test: lint tools charts ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)

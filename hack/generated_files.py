@@ -1,7 +1,8 @@
-"""Copy what the Helm charts embed from elsewhere in the repo into their files/ directories.
+"""Write the files generated from one source elsewhere in the repo.
 
-- crds/*.yaml                 -> deploy/charts/tollgate-crds/files/
+- crds/*.yaml                 -> deploy/charts/tollgate-crds/files/   (the CRDs chart embeds them)
 - services/<name>/rbac.yaml   -> deploy/charts/tollgate-<name>/files/rbac.yaml
+- hack/Dockerfile.in          -> services/<name>/Dockerfile           (one image recipe, one file per service)
 
 `--check` reports drift instead (make lint runs it).
 """
@@ -22,6 +23,9 @@ def wanted() -> dict[Path, str]:
     }
     for rbac in sorted((ROOT / "services").glob("*/rbac.yaml")):
         files[CHARTS / f"tollgate-{rbac.parent.name}" / "files" / "rbac.yaml"] = rbac.read_text()
+    template = (ROOT / "hack" / "Dockerfile.in").read_text()
+    for service in sorted(p.parent.name for p in (ROOT / "services").glob("*/pyproject.toml")):
+        files[ROOT / "services" / service / "Dockerfile"] = template.replace("{service}", service)
     return files
 
 
