@@ -47,7 +47,7 @@ charts: tools ## vendor the library chart into every service chart (offline: fil
 lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services tests dagger/src
+	$(RUN) mypy libs services tests bench dagger/src
 	$(RUN) python -m tollgate.models crds --check
 	$(RUN) python hack/generated_files.py --check
 

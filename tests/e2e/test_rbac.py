@@ -23,9 +23,11 @@ FORBIDDEN = [
 
 
 def can_i(cluster: EmbeddedCluster, kubeconfig: Path, verb: str, resource: str, group: str) -> bool:
+    resource, _, subresource = resource.partition("/")
     target = f"{resource}.{group}" if group else resource
+    extra = ["--subresource", subresource] if subresource else []
     result = cluster.kubectl(
-        "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, target, "--all-namespaces", check=False
+        "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, target, *extra, "--all-namespaces", check=False
     )
     return result.stdout.strip() == "yes"
 

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 _STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+# kopf attaches its whole OperatorSettings and internal flags to every record; the object reference is kept.
+_KOPF_INTERNALS = {"settings", "k8s_skip", "k8s_ref"}
 
 
 class JSONFormatter(logging.Formatter):
@@ -25,8 +27,12 @@ class JSONFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRIBUTES and not key.startswith("_"):
+            if key not in _STANDARD_ATTRIBUTES and key not in _KOPF_INTERNALS and not key.startswith("_"):
                 entry[key] = value
+        reference = getattr(record, "k8s_ref", None)
+        if isinstance(reference, dict) and reference.get("name"):
+            entry["object"] = "/".join(str(reference[k]) for k in ("namespace", "name") if reference.get(k))
+            entry["kind"] = reference.get("kind")
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import kopf
 
@@ -27,9 +28,24 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
 async def run_operator(
     settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry | None = None
 ) -> None:
-    """Run kopf until the service is asked to stop. Watches `settings.namespace`, or the whole cluster."""
+    """Run kopf until the service is asked to stop. Watches `settings.namespace`, or the whole cluster.
+
+    kopf installs its own SIGTERM/SIGINT handlers over the service's; its cleanup phase sets the service's
+    stop flag, so the rest of the service (servers, background tasks) stops with it.
+    """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
+    registry = registry or kopf.get_default_registry()
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)  # the kubernetes client's credentials: KUBECONFIG, else in-cluster
+
+    @kopf.on.cleanup(registry=registry)
+    async def _stop_the_service(**_: object) -> None:
+        context.health.stopping.set()
+        context.stop.set()
+
     ready = asyncio.Event()
     context.health.add_readiness_check("operator", lambda: ready.is_set() or "kopf is not watching yet")
     namespaces = [settings.namespace] if settings.namespace else []
@@ -41,3 +57,4 @@ async def run_operator(
         ready_flag=ready,
         stop_flag=context.stop,
     )
+    context.stop.set()

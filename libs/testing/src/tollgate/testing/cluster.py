@@ -56,14 +56,13 @@ def node_manifest(index: int) -> dict[str, Any]:
     }
 
 
-def kwokctl_config() -> str:
-    """Every component listens on loopback only."""
+def kwokctl_config(disable_qps_limits: bool = False) -> str:
+    """Every component listens on loopback only; benchmarks may lift the components' client QPS limits."""
+    options: dict[str, object] = {"bindAddress": "127.0.0.1"}
+    if disable_qps_limits:
+        options["disableQPSLimits"] = True
     return yaml.safe_dump(
-        {
-            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-            "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": "127.0.0.1"},
-        }
+        {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
     )
 
 
@@ -72,6 +71,7 @@ class EmbeddedCluster:
     name: str
     workdir: Path
     kubeconfig: Path
+    disable_qps_limits: bool = False
 
     def _env(self) -> dict[str, str]:
         import os
@@ -90,13 +90,15 @@ class EmbeddedCluster:
             raise ClusterError(f"kwokctl {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
         return result
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(tool("kubectl")), "--kubeconfig", str(self.kubeconfig), *args],
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
         if check and result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
@@ -120,7 +122,7 @@ class EmbeddedCluster:
                 self._kwokctl("start", "cluster", "--kubeconfig", str(self.kubeconfig), "--timeout", f"{int(timeout)}s")
         else:
             config = self.workdir / "kwokctl.yaml"
-            config.write_text(kwokctl_config())
+            config.write_text(kwokctl_config(self.disable_qps_limits))
             bins = {
                 name: str(tool(name))
                 for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")

@@ -12,6 +12,7 @@ Run it as `python -m tollgate.testing.supervisor` (the tests and `make dev` do).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -53,6 +54,9 @@ class Settings(ServiceSettings):
     log_dir: Path = Field(default=Path(".dev/envoy"), description="Where each Envoy's log goes.")
     envoy_log_level: str = "info"
     restart_backoff: float = Field(default=1.0, description="Seconds before restarting a crashed Envoy.")
+    start_timeout: float = Field(
+        default=90.0, description="Seconds an Envoy may take to become LIVE (an ADS Envoy waits for its first config)."
+    )
 
 
 class BootstrapError(ValueError):
@@ -245,7 +249,7 @@ class Supervisor:
                 log_level=self.settings.envoy_log_level,
             )
             try:
-                await envoy.start()
+                await envoy.start(timeout=self.settings.start_timeout)
             except EnvoyError as error:
                 log.error("Envoy for %s failed to start: %s", where, error)
                 await self._set_ready(pod, False, "EnvoyFailed", str(error)[-1000:], managed.restarts)
@@ -266,10 +270,12 @@ class Supervisor:
         managed = self.managed.pop(uid)
         managed.stopping = True
         log.info("stopping Envoy for %s/%s: %s", managed.namespace, managed.name, why)
-        if managed.envoy is not None:
-            await managed.envoy.stop()
         if managed.task is not None:
             managed.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await managed.task
+        if managed.envoy is not None:
+            await managed.envoy.stop()
 
     async def stop_all(self) -> None:
         for uid in list(self.managed):
