@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.jobs.controller import Reconciler, Tuning
+from tollgate.jobs.handlers import build_registry
+from tollgate.jobs.k8s import GoopApi
+from tollgate.runtime.kube import api_client
+from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 
@@ -14,10 +20,19 @@ class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_JOBS_", extra="ignore")
 
     service_name: str = "tollgate-jobs"
+    max_backoff_seconds: float = Field(default=60.0, gt=0, description="Longest pause before retrying a reconcile.")
+    name_taken_retry_seconds: float = Field(
+        default=30.0, gt=0, description="Pause before retrying a worker whose Job name another object holds."
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
-    raise NotImplementedError("tollgate.jobs is not implemented yet (issue #7)")
+    tuning = Tuning(max_backoff=settings.max_backoff_seconds, taken_retry=settings.name_taken_retry_seconds)
+    reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
+    try:
+        await run_operator(settings, context, build_registry(reconciler))
+    finally:
+        await reconciler.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,290 @@
+"""The reconcile loop around the planner: one reconcile at a time per Goop, requests coalesced, failures retried.
+
+Every trigger (the Goop changed, one of its Jobs changed, a node changed) only marks the Goop dirty; one
+worker task per Goop reconciles until it is clean, so a burst of Job events costs one or two reconciles.
+A reconcile reads the Goop (a fresh GET: the status is the run's memory), takes its Jobs and the nodes from
+kopf's in-memory indexes, plans, acts, plans again and writes the status only when it changed.
+
+Indexes lag behind the controller's own writes, so, like Kubernetes' own controllers, it remembers what it
+created or deleted until the index shows it ("expectations"), and what was deleted while finished
+(`ttlSecondsAfterFinished: 0`) until the status has recorded it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, cast
+
+import kopf
+from pydantic import ValidationError
+
+from tollgate.jobs.k8s import GoopApi
+from tollgate.jobs.planning import (
+    FAILED,
+    FINISHED,
+    GoopEvent,
+    NodeInfo,
+    ObservedJob,
+    job_manifest,
+    plan,
+)
+from tollgate.models.base import now_rfc3339
+from tollgate.models.goop import Goop, GoopStatus
+from tollgate.runtime.telemetry import Telemetry
+
+log = logging.getLogger("tollgate.jobs")
+
+Key = tuple[str, str]  # namespace, name
+
+
+class ClusterView(Protocol):
+    """What the controller reads from memory instead of the API server (kopf indexes)."""
+
+    def jobs(self, goop_uid: str) -> list[ObservedJob]: ...
+
+    def nodes(self) -> list[NodeInfo]: ...
+
+
+@dataclass
+class Tuning:
+    max_backoff: float = 60.0
+    taken_retry: float = 30.0
+    expectation_ttl: float = 60.0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        api: GoopApi,
+        telemetry: Telemetry,
+        tuning: Tuning | None = None,
+        clock: Callable[[], str] = now_rfc3339,
+    ) -> None:
+        self.api = api
+        self.tuning = tuning or Tuning()
+        self.clock = clock
+        self.view: ClusterView | None = None
+        self._tracer = telemetry.tracer("tollgate.jobs")
+        meter = telemetry.meter("tollgate.jobs")
+        self._reconciles = meter.create_counter("goop_reconciles", description="Goop reconciles, by result")
+        self._duration = meter.create_histogram(
+            "goop_reconcile_duration",
+            unit="s",
+            description="Reconcile time",
+            explicit_bucket_boundaries_advisory=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self._jobs_created = meter.create_counter("goop_jobs_created", description="Worker Jobs created")
+        self._jobs_deleted = meter.create_counter("goop_jobs_deleted", description="Worker Jobs deleted")
+        self._dirty: set[Key] = set()
+        self._workers: dict[Key, asyncio.Task[None]] = {}
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._failures: dict[Key, int] = {}
+        self._created: dict[str, dict[str, tuple[ObservedJob, float]]] = {}
+        self._deleted: dict[str, dict[str, float]] = {}
+        self._tombstones: dict[str, dict[str, ObservedJob]] = {}
+        self._warned_taken: dict[str, set[str]] = {}
+        self._written: dict[str, tuple[int | None, dict[str, Any]]] = {}
+
+    # --- triggers ---------------------------------------------------------------------------------------------
+
+    def request(self, key: Key, view: ClusterView | None = None) -> None:
+        """Reconcile the Goop `key` soon; requests made while one is queued are merged into it."""
+        if view is not None:
+            self.view = view
+        self._dirty.add(key)
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"reconcile {key[0]}/{key[1]}")
+
+    def job_gone(self, goop_uid: str, job: ObservedJob) -> None:
+        """A worker Job was deleted: if it had finished, keep its outcome until the status records it."""
+        if job.phase in FINISHED:
+            self._tombstones.setdefault(goop_uid, {})[job.name] = replace(job, deleting=False)
+
+    def forget(self, goop_uid: str) -> None:
+        for memory in (self._created, self._deleted, self._tombstones, self._warned_taken, self._written):
+            memory.pop(goop_uid, None)
+
+    def echoes_own_write(self, goop_uid: str, generation: int | None, status: dict[str, Any]) -> bool:
+        """Whether a Goop event only brings back the status this controller last wrote for that spec."""
+        return self._written.get(goop_uid) == (generation, status)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        workers = list(self._workers.values())
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    def _later(self, key: Key, delay: float) -> None:
+        existing = self._timers.pop(key, None)
+        if existing is not None:
+            existing.cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            self.request(key)
+
+        self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)
+
+    async def _work(self, key: Key) -> None:
+        try:
+            while key in self._dirty:
+                self._dirty.discard(key)
+                started = time.monotonic()
+                try:
+                    requeue = await self.reconcile(key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    failures = self._failures.get(key, 0) + 1
+                    self._failures[key] = failures
+                    delay = min(self.tuning.max_backoff, 0.5 * 2 ** (failures - 1))
+                    log.warning(
+                        "reconcile failed; retrying",
+                        exc_info=error,
+                        extra={"goop": f"{key[0]}/{key[1]}", "retry_in": delay},
+                    )
+                    self._reconciles.add(1, {"result": "error"})
+                    self._later(key, delay)
+                else:
+                    self._failures.pop(key, None)
+                    self._reconciles.add(1, {"result": "ok"})
+                    if requeue is not None:
+                        self._later(key, requeue)
+                finally:
+                    self._duration.record(time.monotonic() - started)
+        finally:
+            self._workers.pop(key, None)
+
+    # --- one reconcile --------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Bring the Goop's Jobs and status in line with its spec; returns seconds until a retry, if one is due."""
+        namespace, name = key
+        with self._tracer.start_as_current_span("reconcile goop") as span:
+            span.set_attribute("goop.namespace", namespace)
+            span.set_attribute("goop.name", name)
+            body = await self.api.get_goop(namespace, name)
+            if body is None:
+                return None
+            uid = str(body["metadata"]["uid"])
+            try:
+                goop = Goop.model_validate(body)
+            except ValidationError as error:
+                await self._invalid(body, error)
+                return None
+            if self.view is None:
+                raise RuntimeError("no cluster view yet")
+            jobs = self._observed(uid)
+            nodes = self.view.nodes() if goop.spec.placement == "PerNode" else []
+            now = self.clock()
+            first = plan(goop, jobs, nodes, now)
+            events: list[GoopEvent] = []
+            rejected: dict[str, str] = {}
+            requeue: float | None = None
+            results = await asyncio.gather(
+                *(self.api.create_job(namespace, job_manifest(goop, worker), uid) for worker in first.create)
+            )
+            for worker, result in zip(first.create, results, strict=True):
+                if result.outcome == "rejected":
+                    rejected[worker.name] = result.message
+                elif result.outcome == "taken":
+                    requeue = self.tuning.taken_retry
+                    warned = self._warned_taken.setdefault(uid, set())
+                    if worker.name not in warned:
+                        warned.add(worker.name)
+                        events.append(GoopEvent("Warning", "JobNameTaken", result.message))
+                else:
+                    job = ObservedJob(name=worker.name, phase="Pending", index=worker.index, node=worker.node)
+                    deadline = time.monotonic() + self.tuning.expectation_ttl
+                    self._created.setdefault(uid, {})[worker.name] = (job, deadline)
+                    jobs.append(job)
+                    if result.outcome == "created":
+                        self._jobs_created.add(1)
+                        log.info("created Job", extra={"goop": f"{namespace}/{name}", "job": worker.name})
+                        events.append(
+                            GoopEvent("Normal", "JobCreated", f"Created Job {worker.name} ({worker.describe()})")
+                        )
+            for deletion in first.delete:
+                await self.api.delete_job(namespace, deletion.job.name, deletion.job.uid)
+                self._deleted.setdefault(uid, {})[deletion.job.name] = time.monotonic() + self.tuning.expectation_ttl
+                jobs = [replace(j, deleting=True) if j.name == deletion.job.name else j for j in jobs]
+                self._jobs_deleted.add(1)
+                log.info("deleted Job", extra={"goop": f"{namespace}/{name}", "job": deletion.job.name})
+                events.append(GoopEvent("Normal", "JobDeleted", f"Deleted Job {deletion.job.name}: {deletion.why}"))
+            self._post(body, events)
+            final = plan(goop, jobs, nodes, now, rejected)
+            status = final.status.to_wire()
+            before = goop.status.to_wire() if goop.status is not None else {}
+            if status != before:
+                patch: dict[str, Any] = {k: None for k in before if k not in status} | status
+                if not await self.api.patch_status(namespace, name, uid, patch):
+                    return None  # deleted meanwhile; its Jobs go with it
+                if goop.status is None or goop.status.phase != final.status.phase:
+                    log.info("Goop phase", extra={"goop": f"{namespace}/{name}", "phase": final.status.phase})
+            self._written[uid] = (goop.generation, status)
+            self._post(body, final.events)
+            self._settle_tombstones(uid, final.status)
+            span.set_attribute("goop.phase", final.status.phase)
+            span.set_attribute("goop.jobs_created", len(first.create))
+            span.set_attribute("goop.jobs_deleted", len(first.delete))
+            return requeue
+
+    @staticmethod
+    def _post(body: dict[str, Any], events: list[GoopEvent]) -> None:
+        for event in events:
+            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type, reason=event.reason, message=event.message)
+
+    def _observed(self, uid: str) -> list[ObservedJob]:
+        """The Goop's Jobs from the index, corrected by what the index has not caught up with yet."""
+        assert self.view is not None
+        now = time.monotonic()
+        jobs = {job.name: job for job in self.view.jobs(uid)}
+        created = self._created.get(uid, {})
+        for name, (job, deadline) in list(created.items()):
+            if name in jobs or deadline < now:
+                del created[name]
+            else:
+                jobs[name] = job
+        deleted = self._deleted.get(uid, {})
+        for name, deadline in list(deleted.items()):
+            if name not in jobs or jobs[name].deleting or deadline < now:
+                del deleted[name]
+            else:
+                jobs[name] = replace(jobs[name], deleting=True)
+        for name, job in self._tombstones.get(uid, {}).items():
+            jobs.setdefault(name, job)
+        if uid in self._created and not created:
+            del self._created[uid]
+        if uid in self._deleted and not deleted:
+            del self._deleted[uid]
+        return list(jobs.values())
+
+    def _settle_tombstones(self, uid: str, status: GoopStatus) -> None:
+        tombstones = self._tombstones.get(uid)
+        if not tombstones:
+            return
+        recorded = {d.name for d in status.jobs if d.phase in FINISHED}
+        for name in [n for n in tombstones if n in recorded]:
+            del tombstones[name]
+        if not tombstones:
+            del self._tombstones[uid]
+
+    async def _invalid(self, body: dict[str, Any], error: ValidationError) -> None:
+        """A Goop the model refuses (the CRD schema lets little through): say which field, create nothing."""
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+        metadata = body["metadata"]
+        status = GoopStatus(phase="Failed", observed_generation=metadata.get("generation"))
+        current = body.get("status") or {}
+        failed = next((c for c in current.get("conditions") or [] if c.get("type") == FAILED), None)
+        if failed is not None and failed.get("reason") == "InvalidSpec" and failed.get("message") == problems:
+            return
+        status.set_condition(FAILED, "True", "InvalidSpec", problems, metadata.get("generation"))
+        await self.api.patch_status(metadata["namespace"], metadata["name"], metadata["uid"], status.to_wire())
+        self._post(body, [GoopEvent("Warning", "InvalidSpec", problems)])

@@ -1,0 +1,117 @@
+"""kopf handlers: keep the in-memory indexes, and turn every event into a reconcile request for its Goop.
+
+kopf starts calling handlers only once every index is filled from the initial listing, so a reconcile
+never mistakes a Job or a node it has not read yet for a missing one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from tollgate.jobs.controller import Reconciler
+from tollgate.jobs.planning import GOOP_UID_LABEL, NodeInfo, ObservedJob, node_info, observe_job, owner_uid
+from tollgate.models.goop import GROUP, VERSION
+from tollgate.runtime.operator import configure
+
+PER_NODE = "PerNode"
+
+
+class IndexView:
+    """The controller's ClusterView over kopf's indexes."""
+
+    def __init__(self, goop_jobs: kopf.Index[str, ObservedJob], cluster_nodes: kopf.Index[str, NodeInfo]) -> None:
+        self._jobs = goop_jobs
+        self._nodes = cluster_nodes
+
+    def jobs(self, goop_uid: str) -> list[ObservedJob]:
+        return list(self._jobs.get(goop_uid, []))
+
+    def nodes(self) -> list[NodeInfo]:
+        return [node for store in self._nodes.values() for node in store]
+
+
+class NoEssence(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds every object's "essence" (a deep copy) on every event to diff it for change handlers. This
+    controller has only event handlers and indexes, so the diff is never used, and building it for every Job
+    event was the controller's largest CPU cost."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
+def _view(kwargs: dict[str, Any]) -> IndexView:
+    """The indexes kopf passes to every handler as keyword arguments named by the indexes' ids."""
+    return IndexView(kwargs["goop_jobs"], kwargs["cluster_nodes"])
+
+
+def _owner_name(body: kopf.Body) -> str | None:
+    for owner in body.metadata.get("ownerReferences") or []:
+        if owner.get("kind") == "Goop" and owner.get("controller"):
+            return str(owner.get("name"))
+    return None
+
+
+def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings, "jobs")
+        settings.persistence.diffbase_storage = NoEssence(prefix="jobs.tollgate.io", key="last-handled-configuration")
+        settings.posting.reporting_component = "tollgate-jobs"
+        # Every handler here is an event handler, so kopf would log each watch event at INFO: keep that for DEBUG.
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await reconciler.close()
+
+    @kopf.index("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, id="goop_jobs", registry=registry)
+    async def goop_jobs(body: kopf.Body, **_: Any) -> dict[str, ObservedJob]:
+        uid = owner_uid(body)
+        return {uid: observe_job(body)} if uid else {}
+
+    @kopf.index("v1", "nodes", id="cluster_nodes", registry=registry)
+    async def cluster_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeInfo]:
+        return {name: node_info(body)}
+
+    @kopf.index(GROUP, VERSION, "goops", id="node_watchers", registry=registry)
+    async def node_watchers(
+        namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+    ) -> dict[str, tuple[str | None, str]]:
+        """PerNode Goops that still care about nodes coming, going or changing."""
+        if spec.get("placement") == PER_NODE and status.get("phase") != "Completed":
+            return {PER_NODE: (namespace, name)}
+        return {}
+
+    @kopf.on.event(GROUP, VERSION, "goops", registry=registry)
+    async def goop_changed(
+        type: str, namespace: str | None, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **kwargs: Any
+    ) -> None:
+        if type == "DELETED":
+            reconciler.forget(uid)
+        elif namespace is not None and not reconciler.echoes_own_write(uid, meta.get("generation"), dict(status)):
+            reconciler.request((namespace, name), _view(kwargs))
+
+    @kopf.on.event("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, registry=registry)
+    async def job_changed(type: str, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
+        goop, uid = _owner_name(body), owner_uid(body)
+        if goop is None or uid is None or namespace is None:
+            return
+        if type == "DELETED":
+            reconciler.job_gone(uid, observe_job(body))
+        reconciler.request((namespace, goop), _view(kwargs))
+
+    @kopf.on.event("v1", "nodes", registry=registry)
+    async def node_changed(**kwargs: Any) -> None:
+        view = _view(kwargs)
+        watchers: kopf.Index[str, tuple[str, str]] = kwargs["node_watchers"]
+        for key in watchers.get(PER_NODE, []):
+            reconciler.request(key, view)
+
+    return registry

@@ -1,0 +1,102 @@
+"""The API calls of the Goop controller (each one listed in services/jobs/rbac.yaml).
+
+The kubernetes client is synchronous: every call runs in a worker thread so the kopf event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kubernetes import client
+
+from tollgate.models.goop import GROUP, VERSION
+from tollgate.runtime.kube import is_not_found
+
+PLURAL = "goops"
+
+Outcome = Literal["created", "exists", "taken", "rejected"]
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """`exists`: a Job of this Goop already has the name; `taken`: another object's Job has it;
+    `rejected`: the API server refused the manifest (422), `message` says which field and rule."""
+
+    outcome: Outcome
+    message: str = ""
+
+
+def _api_message(error: client.ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except ValueError:
+        return str(error.reason)
+
+
+class GoopApi:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
+
+    async def get_goop(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """goops get."""
+        try:
+            body = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        return dict(body) if isinstance(body, dict) else None
+
+    async def patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> bool:
+        """goops/status patch (a merge patch: keys set to None are removed; uid guards against a re-created Goop).
+        False when the Goop is gone."""
+        body = {"metadata": {"uid": uid}, "status": status}
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURAL, name, body
+            )
+        except client.ApiException as error:
+            if is_not_found(error):
+                return False
+            raise
+        return True
+
+    async def create_job(self, namespace: str, manifest: dict[str, Any], owner_uid: str) -> CreateResult:
+        """jobs create; on a name clash, jobs get to tell our own Job (seen late) from someone else's."""
+        try:
+            await asyncio.to_thread(self.batch.create_namespaced_job, namespace, manifest)  # type: ignore[arg-type]
+        except client.ApiException as error:
+            if error.status == 422:
+                return CreateResult("rejected", _api_message(error))
+            if error.status != 409:
+                raise
+        else:
+            return CreateResult("created")
+        name = manifest["metadata"]["name"]
+        try:
+            existing = await asyncio.to_thread(self.batch.read_namespaced_job, name, namespace)
+        except client.ApiException as error:
+            if is_not_found(error):  # deleted in between: the next reconcile creates it
+                return CreateResult("exists")
+            raise
+        owners = (existing.metadata.owner_references if existing.metadata else None) or []
+        if any(owner.uid == owner_uid for owner in owners):
+            return CreateResult("exists")
+        return CreateResult("taken", f"Job {name} already exists and does not belong to this Goop")
+
+    async def delete_job(self, namespace: str, name: str, uid: str | None) -> None:
+        """jobs delete, with its pods (background propagation); only the Job that was observed (uid)."""
+        options = client.V1DeleteOptions(
+            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid) if uid else None
+        )
+        try:
+            await asyncio.to_thread(self.batch.delete_namespaced_job, name, namespace, body=options)
+        except client.ApiException as error:
+            if not is_not_found(error) and error.status != 409:
+                raise

@@ -1,0 +1,517 @@
+"""Which worker Jobs a Goop should have, what to create or delete, and what its status says: pure, no I/O.
+
+`plan(goop, jobs, nodes, now)` is the whole controller decision. The caller creates and deletes what the
+plan says, then plans again with the Jobs it created (and any the API server refused) to get the status
+to write; that second plan asks for nothing more, so a reconcile converges in one pass.
+
+The Goop's status is the run's memory: a worker recorded as finished is never re-created, even after
+`ttlSecondsAfterFinished` deleted its Job, and a restarted controller finds the same Jobs by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from tollgate.models.goop import Goop, GoopSpec, GoopStatus, JobDetail, JobPhase, Phase
+
+GOOP_UID_LABEL = "goop.example.com/goop-uid"
+GOOP_NAME_LABEL = "goop.example.com/goop"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "tollgate-jobs"
+INDEX_ANNOTATION = "goop.example.com/worker-index"
+NODE_ANNOTATION = "goop.example.com/node"
+WORKER_CONTAINER = "worker"
+
+COMPLETE = "Complete"
+FAILED = "Failed"
+SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
+JOB_REJECTED = "JobRejected"
+NO_ELIGIBLE_NODES = "NoEligibleNodes"
+
+FINISHED: frozenset[str] = frozenset({"Succeeded", "Failed"})
+MAX_NAME = 63  # a Job's name becomes a label value on its pods
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker Job the Goop wants: by index (placement Jobs) or pinned to a node (PerNode)."""
+
+    name: str
+    index: int | None = None
+    node: str | None = None
+
+    def describe(self) -> str:
+        return f"on node {self.node}" if self.node is not None else f"worker {self.index}"
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """What the controller knows of one existing worker Job."""
+
+    name: str
+    phase: JobPhase
+    index: int | None = None
+    node: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    uid: str | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    created: str | None = None
+
+
+@dataclass(frozen=True)
+class GoopEvent:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Deletion:
+    job: ObservedJob
+    why: str
+
+
+@dataclass
+class Plan:
+    create: list[Worker]
+    delete: list[Deletion]
+    status: GoopStatus
+    events: list[GoopEvent]
+
+
+# --- names and manifests -------------------------------------------------------------------------------------
+
+
+def worker_name(goop_name: str, suffix: str) -> str:
+    """`<goop>-<suffix>`, shortened with a hash of the full name when longer than a Job name may be."""
+    full = f"{goop_name}-{suffix}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[: MAX_NAME - len(digest) - 1].rstrip('-.')}-{digest}"
+
+
+def job_manifest(goop: Goop, worker: Worker) -> dict[str, Any]:
+    """The batch/v1 Job of one worker: one pod running `sh -c cmd`, owned by the Goop."""
+    spec = goop.spec
+    labels = goop_labels(goop)
+    annotations = {NODE_ANNOTATION: worker.node} if worker.node is not None else {INDEX_ANNOTATION: str(worker.index)}
+    env: list[dict[str, Any]] = [
+        {"name": "GOOP_NAME", "value": goop.name},
+        {"name": "GOOP_WORKER", "value": worker.node if worker.node is not None else str(worker.index)},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": WORKER_CONTAINER, "image": spec.image, "command": ["sh", "-c", spec.cmd], "env": env}],
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    if worker.node is not None:
+        # Pinned the way the DaemonSet controller does it: the scheduler still checks taints and resources.
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [worker.node]}]}
+                    ]
+                }
+            }
+        }
+    job_spec: dict[str, Any] = {
+        "completions": 1,
+        "parallelism": 1,
+        "backoffLimit": spec.backoff_limit,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    if spec.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": worker.name,
+            "namespace": goop.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": goop.api_version,
+                    "kind": goop.kind,
+                    "name": goop.name,
+                    "uid": goop.metadata["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": job_spec,
+    }
+
+
+def goop_labels(goop: Goop) -> dict[str, str]:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, GOOP_UID_LABEL: str(goop.metadata["uid"])}
+    if len(goop.name) <= MAX_NAME:
+        labels[GOOP_NAME_LABEL] = goop.name
+    return labels
+
+
+# --- reading the cluster's objects -----------------------------------------------------------------------------
+
+
+def observe_job(body: Mapping[str, Any]) -> ObservedJob:
+    """A worker Job as the planner sees it: finished by its Complete/Failed condition, else Running or Pending."""
+    metadata = body.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    status = body.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    phase: JobPhase
+    reason = message = None
+    if COMPLETE in conditions:
+        phase = "Succeeded"
+    elif FAILED in conditions:
+        phase = "Failed"
+        reason = conditions[FAILED].get("reason") or FAILED
+        message = conditions[FAILED].get("message") or None
+    elif (status.get("ready") or 0) > 0 or (status.get("succeeded") or 0) > 0:
+        phase = "Running"
+    else:
+        phase = "Pending"
+    index = annotations.get(INDEX_ANNOTATION)
+    return ObservedJob(
+        name=str(metadata.get("name")),
+        phase=phase,
+        index=int(index) if index is not None and str(index).isdigit() else None,
+        node=annotations.get(NODE_ANNOTATION),
+        reason=reason,
+        message=message,
+        uid=metadata.get("uid"),
+        deleting=metadata.get("deletionTimestamp") is not None,
+    )
+
+
+def owner_uid(body: Mapping[str, Any]) -> str | None:
+    """The uid of the Goop that controls a Job, from its owner references."""
+    for owner in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "Goop" and owner.get("controller"):
+            return str(owner.get("uid"))
+    return None
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    taints = tuple(
+        Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or ""))
+        for t in spec.get("taints") or []
+    )
+    return NodeInfo(
+        name=str(metadata.get("name")),
+        labels=dict(metadata.get("labels") or {}),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        created=metadata.get("creationTimestamp"),
+    )
+
+
+# --- node eligibility (PerNode) ---------------------------------------------------------------------------------
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    """core/v1 toleration matching: Exists with no key matches every taint; an empty effect matches any."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists" and (not key or key == taint.key):
+            return True
+        if operator == "Equal" and key == taint.key and (toleration.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def matches_selector(node: NodeInfo, spec: GoopSpec) -> bool:
+    return all(node.labels.get(key) == value for key, value in spec.node_selector.items())
+
+
+def schedulable(node: NodeInfo, spec: GoopSpec) -> bool:
+    """Would the scheduler place a new worker there: every NoSchedule/NoExecute taint tolerated, not cordoned."""
+    tolerations = spec.tolerations or []
+    if node.unschedulable and not tolerates(tolerations, Taint(UNSCHEDULABLE_TAINT, "NoSchedule")):
+        return False
+    return all(tolerates(tolerations, t) for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _joined_after(node: NodeInfo, moment: str | None) -> bool:
+    created, cutoff = _parse_time(node.created), _parse_time(moment)
+    return created is not None and cutoff is not None and created > cutoff
+
+
+# --- the plan -----------------------------------------------------------------------------------------------------
+
+
+def desired_workers(
+    goop: Goop,
+    nodes: Sequence[NodeInfo],
+    known: Mapping[str, str | None],
+    start_time: str,
+    completion_time: str | None,
+) -> tuple[list[Worker], list[str]]:
+    """The workers the Goop wants now, and (PerNode) eligible nodes left out because they joined too late.
+
+    PerNode keeps a worker it already has while its node exists and still matches nodeSelector (a taint or
+    a NotReady spell does not cancel work). A new worker needs a schedulable node that existed when the run
+    started, or, with includeNewNodes, one that joined before the run finished. `known` maps the names of
+    workers the Goop has (Jobs or records) to their node.
+    """
+    spec = goop.spec
+    if spec.placement == "Jobs":
+        return [Worker(worker_name(goop.name, str(i)), index=i) for i in range(spec.job_count)], []
+    known_nodes = {node for node in known.values() if node is not None}
+    workers: list[Worker] = []
+    skipped: list[str] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not matches_selector(node, spec):
+            continue
+        if node.name not in known_nodes:
+            if not schedulable(node, spec):
+                continue
+            late = _joined_after(node, start_time)
+            if late and (not spec.include_new_nodes or _joined_after(node, completion_time)):
+                skipped.append(node.name)
+                continue
+        workers.append(Worker(worker_name(goop.name, node.name), node=node.name))
+    return workers, skipped
+
+
+def _detail(job: ObservedJob) -> JobDetail:
+    return JobDetail(
+        name=job.name, index=job.index, node=job.node, phase=job.phase, reason=job.reason, message=job.message
+    )
+
+
+def _sort_key(detail: JobDetail) -> tuple[int, str, str]:
+    return (detail.index if detail.index is not None else -1, detail.node or "", detail.name)
+
+
+def plan(
+    goop: Goop,
+    jobs: Sequence[ObservedJob],
+    nodes: Sequence[NodeInfo],
+    now: str,
+    rejected: Mapping[str, str] | None = None,
+) -> Plan:
+    """Decide the Jobs to create and delete and the status to report; `rejected` maps worker names the API
+    server refused to create to its message."""
+    rejected = rejected or {}
+    old = goop.status or GoopStatus()
+    generation = goop.generation
+    records = {d.name: d for d in old.jobs}
+    if old.observed_generation != generation:
+        # A spec edit may have fixed what the API server refused: try those workers again.
+        records = {n: d for n, d in records.items() if d.reason != JOB_REJECTED}
+    observed = {j.name: j for j in jobs if not j.deleting}
+    leaving = {j.name for j in jobs if j.deleting}
+    start_time = old.start_time or now
+
+    known = {name: d.node for name, d in records.items()} | {j.name: j.node for j in jobs}
+    desired, skipped = desired_workers(goop, nodes, known, start_time, old.completion_time)
+    desired_names = {w.name for w in desired}
+
+    details: dict[str, JobDetail] = {}
+    missing: list[Worker] = []
+    for worker in desired:
+        record = records.get(worker.name)
+        if worker.name in rejected:
+            details[worker.name] = JobDetail(
+                name=worker.name,
+                index=worker.index,
+                node=worker.node,
+                phase="Failed",
+                reason=JOB_REJECTED,
+                message=rejected[worker.name],
+            )
+        elif worker.name in observed:
+            details[worker.name] = _detail(observed[worker.name])
+        elif record is not None and record.phase in FINISHED:
+            details[worker.name] = record
+        else:
+            missing.append(worker)
+
+    deletions: list[Deletion] = []
+    kept_above_count: list[JobDetail] = []
+    for name, job in observed.items():
+        if name in desired_names:
+            continue
+        if job.phase in FINISHED:
+            details[name] = _detail(job)
+        else:
+            deletions.append(Deletion(job, _why_unwanted(goop, job, nodes)))
+    for name, record in records.items():
+        if name not in desired_names and name not in observed and record.phase in FINISHED:
+            details[name] = record
+    if goop.spec.placement == "Jobs":
+        kept_above_count = sorted(
+            (d for d in details.values() if d.index is not None and d.index >= goop.spec.job_count), key=_sort_key
+        )
+
+    failures = sorted((d for d in details.values() if d.phase == "Failed"), key=_sort_key)
+    creates: list[Worker] = []
+    if not failures:
+        running = sum(1 for name in desired_names if name in details and details[name].phase not in FINISHED)
+        budget = (goop.spec.parallelism or len(desired)) - running
+        for worker in missing:
+            if budget <= 0:
+                break
+            if worker.name in leaving:
+                continue  # re-created once the old Job is gone
+            creates.append(worker)
+            budget -= 1
+
+    status = old.model_copy(deep=True)
+    status.observed_generation = generation
+    status.jobs = sorted(details.values(), key=_sort_key)
+    status.desired = len(desired)
+    status.active = sum(1 for d in details.values() if d.phase not in FINISHED)
+    status.succeeded = sum(1 for d in details.values() if d.phase == "Succeeded")
+    status.failed = len(failures)
+    status.skipped_nodes = skipped
+    status.start_time = start_time
+    wanted_done = [details[w.name] for w in desired if w.name in details]
+    phase: Phase
+    if failures or (not desired and goop.spec.placement == "PerNode" and not goop.spec.include_new_nodes):
+        phase = "Failed"
+    elif desired and len(wanted_done) == len(desired) and all(d.phase == "Succeeded" for d in wanted_done):
+        phase = "Completed"
+    elif any(d.phase != "Pending" for d in wanted_done):
+        phase = "Running"
+    else:
+        phase = "Pending"
+    status.phase = phase
+    if phase in ("Completed", "Failed"):
+        status.completion_time = old.completion_time if old.phase == phase and old.completion_time else now
+    else:
+        status.completion_time = None
+
+    events = _conditions(goop, status, old, failures, kept_above_count, desired)
+    events += _transitions(old, status, records, skipped)
+    return Plan(create=creates, delete=deletions, status=status, events=events)
+
+
+def _why_unwanted(goop: Goop, job: ObservedJob, nodes: Sequence[NodeInfo]) -> str:
+    if job.node is None:
+        return f"jobCount is now {goop.spec.job_count}"
+    node = next((n for n in nodes if n.name == job.node), None)
+    if node is None:
+        return f"node {job.node} is gone"
+    return f"node {job.node} no longer matches spec.nodeSelector"
+
+
+def _conditions(
+    goop: Goop,
+    status: GoopStatus,
+    old: GoopStatus,
+    failures: list[JobDetail],
+    kept_above_count: list[JobDetail],
+    desired: list[Worker],
+) -> list[GoopEvent]:
+    """Set Complete, Failed and (when it applies) ScaleDownBlocked; events for transitions not covered elsewhere."""
+    generation = goop.generation
+    events: list[GoopEvent] = []
+    what = "nodes" if goop.spec.placement == "PerNode" else "Jobs"
+    progress = f"{status.succeeded} of {len(desired)} {what} succeeded, {status.active} active"
+    no_nodes = "no node matches spec.nodeSelector and tolerates its taints"
+    if status.phase == "Completed":
+        status.set_condition(COMPLETE, "True", "AllJobsSucceeded", progress, generation)
+    elif not desired:
+        waiting = f"{no_nodes}; waiting for one to join" if status.phase == "Pending" else no_nodes
+        if (
+            status.set_condition(COMPLETE, "False", NO_ELIGIBLE_NODES, waiting, generation)
+            and status.phase == "Pending"
+        ):
+            events.append(GoopEvent("Warning", NO_ELIGIBLE_NODES, waiting))
+    else:
+        reason = {"Pending": "JobsPending", "Running": "JobsRunning", "Failed": "JobFailed"}[status.phase]
+        status.set_condition(COMPLETE, "False", reason, progress, generation)
+    if failures:
+        first = failures[0]
+        message = f"Job {first.name} failed: {first.message or first.reason}"
+        if len(failures) > 1:
+            message += f" (and {len(failures) - 1} more)"
+        status.set_condition(FAILED, "True", first.reason or FAILED, message, generation)
+    elif status.phase == "Failed":
+        status.set_condition(FAILED, "True", NO_ELIGIBLE_NODES, f"{no_nodes}, and includeNewNodes is false", generation)
+    else:
+        status.set_condition(FAILED, "False", "NoJobFailed", "", generation)
+    if kept_above_count:
+        names = ", ".join(f"{d.name} ({d.phase})" for d in kept_above_count)
+        message = (
+            f"spec.jobCount is {goop.spec.job_count} but {len(kept_above_count)} Job(s) above it already "
+            f"finished and cannot be undone: {names}"
+        )
+        before = old.condition(SCALE_DOWN_BLOCKED)
+        status.set_condition(SCALE_DOWN_BLOCKED, "True", "FinishedJobsKept", message, generation)
+        if before is None or before.status != "True":
+            events.append(GoopEvent("Warning", "CannotScaleDown", message))
+    elif status.condition(SCALE_DOWN_BLOCKED) is not None:
+        status.set_condition(SCALE_DOWN_BLOCKED, "False", "WithinJobCount", "", generation)
+    return events
+
+
+def _transitions(
+    old: GoopStatus, status: GoopStatus, records: Mapping[str, JobDetail], skipped: list[str]
+) -> list[GoopEvent]:
+    """Events for what changed since the status last written: so a restarted controller repeats none."""
+    events: list[GoopEvent] = []
+    for detail in status.jobs:
+        before = records.get(detail.name)
+        if before is not None and before.phase == detail.phase:
+            continue
+        where = f" on node {detail.node}" if detail.node else ""
+        if detail.phase == "Succeeded":
+            events.append(GoopEvent("Normal", "JobSucceeded", f"Job {detail.name} succeeded{where}"))
+        elif detail.phase == "Failed":
+            reason = f"{detail.reason}: {detail.message}" if detail.message else str(detail.reason)
+            events.append(GoopEvent("Warning", "JobFailed", f"Job {detail.name} failed{where}: {reason}"))
+    if status.phase != old.phase:
+        if status.phase == "Completed":
+            events.append(GoopEvent("Normal", "Completed", f"all {status.succeeded} worker Jobs succeeded"))
+        elif status.phase == "Failed":
+            failed = status.condition(FAILED)
+            events.append(GoopEvent("Warning", "Failed", failed.message if failed else "a worker Job failed"))
+    for node in skipped:
+        if node not in old.skipped_nodes:
+            message = f"node {node} joined after the run started; includeNewNodes is false, so it runs no worker"
+            events.append(GoopEvent("Normal", "NodeNotIncluded", message))
+    return events
