@@ -1,0 +1,163 @@
+"""Benchmark of tunnel-ID allocation against a real API server: K concurrent allocators (K = 1, 4, 8) each
+allocating N IDs from the EPIC singleton, with the seed's algorithm (one conditional replace per ID) and with
+blocks (one conditional replace per block of IDs), in the same run on the same cluster.
+
+    .venv/bin/python bench/allocator.py                       # K = 1 4 8, N = 100, on a fresh embedded cluster
+    .venv/bin/python bench/allocator.py --ids 50 --kubeconfig .dev/kubeconfig
+
+Prints one table: IDs/second, conflicts and retries per ID, duplicates (must be 0) and the ratio of each scheme
+to the seed's at the same K, plus the raw rate of plain replace calls on one object (the physical ceiling of
+the seed's algorithm, which needs one such call per ID). Each allocator has its own API client, as separate
+allocator processes would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+
+from tollgate.allocator.k8s import Kube
+from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
+from tollgate.models.epic import EPIC, SINGLETON_NAME, SYSTEM_NAMESPACE, EPICSpec
+from tollgate.runtime.kube import api_client
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.tools import repo_root
+
+
+@dataclass
+class Row:
+    scheme: str
+    allocators: int
+    ids: int
+    seconds: float
+    conflicts: int
+    retries: int
+    writes: int
+    duplicates: int
+
+    @property
+    def rate(self) -> float:
+        return self.ids / self.seconds
+
+
+def kube(kubeconfig: Path | None) -> Kube:
+    configuration = api_client(kubeconfig).configuration
+    configuration.connection_pool_maxsize = 8
+    return Kube(client.ApiClient(configuration))
+
+
+async def run_scheme(scheme: str, allocators: int, ids: int, block: int, kubeconfig: Path | None) -> Row:
+    sources: list[TunnelIDs] = []
+    for index in range(allocators):
+        api = kube(kubeconfig)
+        epic = EpicSingleton(api, EPICSpec())
+        metrics = Metrics()
+        if scheme == "seed":
+            sources.append(SeedTunnelIDs(epic, metrics))
+        else:
+            owner = f"bench-{scheme}-{allocators}-{index}"
+            sources.append(BlockTunnelIDs(api, epic, metrics, owner, size=block, track_owners=False))
+    handed: list[int] = []
+
+    async def allocate(source: TunnelIDs) -> None:
+        for _ in range(ids):
+            handed.append(await source.allocate())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(allocate(source) for source in sources))
+    seconds = time.perf_counter() - started
+    stats = [source.metrics.stats for source in sources]
+    return Row(
+        scheme=scheme,
+        allocators=allocators,
+        ids=len(handed),
+        seconds=seconds,
+        conflicts=sum(s.conflicts for s in stats),
+        retries=sum(s.retries for s in stats),
+        writes=sum(s.writes for s in stats),
+        duplicates=sum(n - 1 for n in Counter(handed).values() if n > 1),
+    )
+
+
+async def replace_ceiling(calls: int, kubeconfig: Path | None) -> float:
+    """Plain replace calls on the singleton's status, each carrying the resourceVersion the last one returned."""
+    api = kube(kubeconfig)
+    obj = await api.get(EPIC, SYSTEM_NAMESPACE, SINGLETON_NAME)
+    assert obj is not None
+    started = time.perf_counter()
+    for _ in range(calls):
+        obj = await api.replace_status(EPIC, obj)
+    return calls / (time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def cluster(kubeconfig: Path | None) -> Iterator[Path | None]:
+    if kubeconfig is not None:
+        yield kubeconfig
+        return
+    with tempfile.TemporaryDirectory(prefix="allocator-bench-") as tmp:
+        embedded = EmbeddedCluster("allocator-bench", Path(tmp) / "kwok", Path(tmp) / "kubeconfig")
+        try:
+            embedded.up(1)
+            embedded.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
+            embedded.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+            yield embedded.kubeconfig
+        finally:
+            embedded.down()
+
+
+def render(rows: list[Row], ceiling: float, block: int) -> str:
+    seed = {row.allocators: row.rate for row in rows if row.scheme == "seed"}
+    lines = [
+        "| scheme | K | IDs | IDs/s | writes | conflicts/ID | retries/ID | duplicates | vs seed at K |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        name = "seed (1 replace per ID)" if row.scheme == "seed" else f"block ({block} IDs per replace)"
+        lines.append(
+            f"| {name} | {row.allocators} | {row.ids} | {row.rate:,.0f} | {row.writes} | {row.conflicts / row.ids:.2f} "
+            f"| {row.retries / row.ids:.2f} | {row.duplicates} | {row.rate / seed[row.allocators]:.1f}x |"
+        )
+    lines.append(
+        f"| plain replace on one object (ceiling of seed) | 1 | - | {ceiling:,.0f} | - | - | - | - | "
+        f"{ceiling / seed[min(seed)]:.1f}x |"
+    )
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(64))
+    with cluster(args.kubeconfig) as kubeconfig:
+        await EpicSingleton(kube(kubeconfig), EPICSpec()).ensure()
+        ceiling = await replace_ceiling(args.ceiling_calls, kubeconfig)
+        rows = []
+        for allocators in args.allocators:
+            for scheme in ("seed", "block"):
+                rows.append(await run_scheme(scheme, allocators, args.ids, args.block_size, kubeconfig))
+        print(f"\nN = {args.ids} IDs per allocator; block size {args.block_size}\n")
+        print(render(rows, ceiling, args.block_size))
+        assert all(row.duplicates == 0 for row in rows), "an ID was handed out twice"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a fresh embedded one")
+    parser.add_argument("--allocators", type=int, nargs="+", default=[1, 4, 8], help="values of K")
+    parser.add_argument("--ids", type=int, default=100, help="N, the IDs each allocator allocates")
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--ceiling-calls", type=int, default=200)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

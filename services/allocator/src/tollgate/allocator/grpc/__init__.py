@@ -1,0 +1,1 @@
+"""The endpoint-registration API (tollgate.allocator.v1) over gRPC."""

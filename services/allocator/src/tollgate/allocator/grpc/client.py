@@ -1,0 +1,71 @@
+"""A client of the registration API, as a remote cluster's agent uses it: one channel, the bearer token on every
+call."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import grpc
+
+from tollgate.allocator.grpc._generated import allocator_pb2 as pb
+from tollgate.allocator.grpc._generated import allocator_pb2_grpc as pb_grpc
+
+
+class AllocatorClient:
+    def __init__(self, address: str, token: str, credentials: grpc.ChannelCredentials | None = None) -> None:
+        self.address = address
+        self.channel = (
+            grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
+        )
+        self.stub = pb_grpc.AllocatorStub(self.channel)  # type: ignore[no-untyped-call]
+        self.metadata = (("authorization", f"Bearer {token}"),)
+
+    async def register(
+        self,
+        account: str,
+        load_balancer: str,
+        address: str,
+        port: int,
+        protocol: str = "TCP",
+        node_address: str = "",
+        timeout: float = 30,
+    ) -> pb.RegisterEndpointResponse:
+        request = pb.RegisterEndpointRequest(
+            account=account,
+            load_balancer=load_balancer,
+            address=address,
+            port=pb.Port(port=port, protocol=protocol),
+            node_address=node_address,
+        )
+        response: pb.RegisterEndpointResponse = await self.stub.RegisterEndpoint(
+            request, metadata=self.metadata, timeout=timeout
+        )
+        return response
+
+    async def unregister(self, account: str, load_balancer: str, address: str) -> pb.UnregisterEndpointResponse:
+        request = pb.UnregisterEndpointRequest(account=account, load_balancer=load_balancer, address=address)
+        response: pb.UnregisterEndpointResponse = await self.stub.UnregisterEndpoint(
+            request, metadata=self.metadata, timeout=30
+        )
+        return response
+
+    async def load_balancer(self, account: str, name: str) -> pb.LoadBalancer:
+        request = pb.GetLoadBalancerRequest(account=account, name=name)
+        response: pb.LoadBalancer = await self.stub.GetLoadBalancer(request, metadata=self.metadata, timeout=30)
+        return response
+
+    async def tunnels(self, account: str = "", load_balancer: str = "", timeout: float = 30) -> list[pb.Tunnel]:
+        request = pb.ListTunnelsRequest(account=account, load_balancer=load_balancer)
+        response: pb.ListTunnelsResponse = await self.stub.ListTunnels(request, metadata=self.metadata, timeout=timeout)
+        return list(response.tunnels)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> AllocatorClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()

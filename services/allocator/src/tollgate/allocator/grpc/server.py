@@ -1,0 +1,178 @@
+"""The tollgate.allocator.v1 Allocator service: bearer-token authentication, one span per RPC, and gRPC status
+codes that name the field and the rule."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from kubernetes import client
+from opentelemetry import trace
+
+from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
+from tollgate.allocator.grpc._generated import allocator_pb2 as pb
+from tollgate.allocator.grpc._generated import allocator_pb2_grpc as pb_grpc
+from tollgate.allocator.registry import AbortedError, FailedPreconditionError, NotFoundError, Registry, Tunnel
+from tollgate.models.epic import LoadBalancerSpec, LoadBalancerStatus, ServicePort
+from tollgate.runtime.optimistic import OptimisticUpdateError
+
+log = logging.getLogger("tollgate.allocator.grpc")
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (AbortedError, grpc.StatusCode.ABORTED),
+    (OptimisticUpdateError, grpc.StatusCode.ABORTED),
+    (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+)
+
+
+class Token:
+    """The bearer token callers must present; replaced in place when the Secret changes."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def accepts(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
+        for key, value in metadata or ():
+            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+                return hmac.compare_digest(value[len("Bearer ") :].encode(), self.value.encode())
+        return False
+
+
+def port_message(port: ServicePort) -> pb.Port:
+    return pb.Port(port=port.port, protocol=port.protocol, app_protocol=port.app_protocol or "")
+
+
+def tunnel_message(tunnel: Tunnel) -> pb.Tunnel:
+    return pb.Tunnel(
+        account=tunnel.account,
+        load_balancer=tunnel.load_balancer,
+        endpoint_address=tunnel.address,
+        tunnel_id=tunnel.tunnel_id,
+        epic_address=str(tunnel.epic.epic_address),
+        epic_port=port_message(tunnel.epic.epic_port),
+        remote_endpoint=tunnel.remote_endpoint,
+    )
+
+
+class AllocatorService(pb_grpc.AllocatorServicer):
+    def __init__(self, registry: Registry, token: Token, tracer: trace.Tracer) -> None:
+        self.registry = registry
+        self.token = token
+        self.tracer = tracer
+
+    async def _serve(
+        self,
+        name: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        attributes: dict[str, str],
+        work: Callable[[], Awaitable[Response]],
+    ) -> Response:
+        with self.tracer.start_as_current_span(
+            f"tollgate.allocator.v1.Allocator/{name}", attributes=attributes
+        ) as span:
+            if not self.token.accepts(context.invocation_metadata()):
+                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.UNAUTHENTICATED.value[0])
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization: a valid bearer token is required")
+            try:
+                return await work()
+            except Exception as error:
+                code = next((c for kind, c in ERRORS if isinstance(error, kind)), None)
+                if code is None and isinstance(error, client.ApiException):
+                    code = grpc.StatusCode.UNAVAILABLE
+                    message = f"the Kubernetes API answered {error.status} {error.reason}"
+                else:
+                    message = str(error)
+                if code is None:
+                    log.exception("%s failed", name)
+                    code, message = grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+                span.set_attribute("rpc.grpc.status_code", code.value[0])
+                await context.abort(code, message)
+                raise  # unreachable: abort raises
+
+    async def RegisterEndpoint(
+        self, request: pb.RegisterEndpointRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RegisterEndpointResponse:
+        async def work() -> pb.RegisterEndpointResponse:
+            tunnel, created = await self.registry.register(
+                request.account,
+                request.load_balancer,
+                request.address,
+                request.port.port,
+                request.port.protocol,
+                request.port.app_protocol,
+                request.node_address,
+            )
+            return pb.RegisterEndpointResponse(tunnel=tunnel_message(tunnel), created=created)
+
+        attributes = {"account": request.account, "load_balancer": request.load_balancer, "address": request.address}
+        return await self._serve("RegisterEndpoint", context, attributes, work)
+
+    async def UnregisterEndpoint(
+        self, request: pb.UnregisterEndpointRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UnregisterEndpointResponse:
+        async def work() -> pb.UnregisterEndpointResponse:
+            deleted = await self.registry.unregister(request.account, request.load_balancer, request.address)
+            return pb.UnregisterEndpointResponse(deleted=deleted)
+
+        attributes = {"account": request.account, "load_balancer": request.load_balancer, "address": request.address}
+        return await self._serve("UnregisterEndpoint", context, attributes, work)
+
+    async def GetLoadBalancer(
+        self, request: pb.GetLoadBalancerRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.LoadBalancer:
+        async def work() -> pb.LoadBalancer:
+            lb, tunnels = await self.registry.load_balancer(request.account, request.name)
+            spec = LoadBalancerSpec.model_validate(lb["spec"])
+            status = LoadBalancerStatus.model_validate(lb.get("status") or {})
+            return pb.LoadBalancer(
+                account=request.account,
+                name=request.name,
+                service_id=spec.service_id or 0,
+                public_address=str(spec.public_address or ""),
+                public_ports=[port_message(p) for p in spec.public_ports],
+                service_group=spec.service_group,
+                tunnels=[tunnel_message(t) for t in tunnels],
+                conditions=[
+                    pb.Condition(type=c.type, status=c.status, reason=c.reason, message=c.message)
+                    for c in status.conditions
+                ],
+            )
+
+        return await self._serve("GetLoadBalancer", context, {"account": request.account, "name": request.name}, work)
+
+    async def ListTunnels(
+        self, request: pb.ListTunnelsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListTunnelsResponse:
+        async def work() -> pb.ListTunnelsResponse:
+            tunnels = await self.registry.tunnels(request.account, request.load_balancer)
+            return pb.ListTunnelsResponse(tunnels=[tunnel_message(t) for t in tunnels])
+
+        attributes = {"account": request.account, "load_balancer": request.load_balancer}
+        return await self._serve("ListTunnels", context, attributes, work)
+
+
+async def start(
+    registry: Registry,
+    token: Token,
+    tracer: trace.Tracer,
+    address: str,
+    credentials: grpc.ServerCredentials | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """Serve the API on `address` (HOST:PORT; port 0 picks one), over TLS when given credentials."""
+    server = grpc.aio.server()
+    pb_grpc.add_AllocatorServicer_to_server(  # type: ignore[no-untyped-call]
+        AllocatorService(registry, token, tracer), server
+    )
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    return server, port

@@ -1,0 +1,68 @@
+"""The kopf handlers: thin, each reads the event and calls the Reconciler."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+
+from tollgate.allocator.reconcile import Reconciler
+from tollgate.models.epic import LOAD_BALANCER_LABEL, Account, LBServiceGroup, LoadBalancer, RemoteEndpoint
+from tollgate.runtime.operator import configure
+
+
+def _resource(kind: Any) -> tuple[str, str, str]:
+    info = kind.resource
+    return info.group, info.version, info.plural
+
+
+def _raw(body: kopf.Body) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    account, lb, group, rep = (_resource(k) for k in (Account, LoadBalancer, LBServiceGroup, RemoteEndpoint))
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings, "allocator")
+
+    @kopf.on.resume(*account, registry=registry)
+    @kopf.on.create(*account, registry=registry)
+    @kopf.on.update(*account, registry=registry)
+    async def account_changed(body: kopf.Body, **_: Any) -> None:
+        await reconciler.reconcile_account(_raw(body))
+
+    @kopf.on.delete(*account, registry=registry)
+    async def account_deleted(body: kopf.Body, **_: Any) -> None:
+        await reconciler.cleanup_account(_raw(body))
+
+    @kopf.on.resume(*lb, registry=registry)
+    @kopf.on.create(*lb, registry=registry)
+    @kopf.on.update(*lb, registry=registry)
+    async def load_balancer_changed(body: kopf.Body, **_: Any) -> None:
+        await reconciler.reconcile_load_balancer(_raw(body))
+
+    @kopf.on.create(*group, registry=registry)
+    @kopf.on.update(*group, registry=registry)
+    async def group_changed(body: kopf.Body, **_: Any) -> None:
+        await reconciler.group_changed(_raw(body))
+
+    @kopf.on.event("apps", "v1", "deployments", labels={LOAD_BALANCER_LABEL: kopf.PRESENT}, registry=registry)
+    async def proxy_changed(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] != "DELETED":
+            await reconciler.proxy_changed(copy.deepcopy(dict(event["object"])))
+
+    # RemoteEndpoints are handled per event, without kopf's progress annotations: most are created by the gRPC
+    # path with their tunnel already assigned, and this only repairs or completes what it finds.
+    @kopf.on.event(*rep, registry=registry)
+    async def remote_endpoint_event(event: kopf.RawEvent, **_: Any) -> None:
+        obj = copy.deepcopy(dict(event["object"]))
+        if event["type"] == "DELETED":
+            await reconciler.remote_endpoint_deleted(obj)
+        else:
+            await reconciler.remote_endpoint_seen(obj)
+
+    return registry

@@ -1,0 +1,291 @@
+"""Every API call the allocator makes (rbac.yaml lists the permissions they need).
+
+The kubernetes client is synchronous: each call runs in a worker thread so that kopf, the gRPC server
+and the allocators share one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import secrets
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+
+from tollgate.models.base import CustomResource, now_rfc3339
+from tollgate.runtime.kube import is_conflict, is_not_found
+
+log = logging.getLogger("tollgate.allocator.k8s")
+JSON = dict[str, Any]
+Kind = type[CustomResource[Any, Any]]
+FIELD_MANAGER = "tollgate-allocator"
+LEASE_LABEL = "tollgate.io/allocator-lease"
+TOKEN_KEY = "token"
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.coordination = client.CoordinationV1Api(api)
+
+    @staticmethod
+    async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(function, *args, **kwargs)
+
+    # custom resources
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> JSON | None:
+        info = kind.resource
+        try:
+            found: JSON = await self._call(
+                self.custom.get_namespaced_custom_object, info.group, info.version, namespace, info.plural, name
+            )
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        return found
+
+    async def list_objects(
+        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[JSON]:
+        info = kind.resource
+        extra = {"label_selector": label_selector} if label_selector else {}
+        if namespace is None:
+            result = await self._call(
+                self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **extra
+            )
+        else:
+            result = await self._call(
+                self.custom.list_namespaced_custom_object, info.group, info.version, namespace, info.plural, **extra
+            )
+        items: list[JSON] = result["items"]
+        return items
+
+    async def create(self, kind: Kind, namespace: str, body: JSON) -> JSON:
+        info = kind.resource
+        created: JSON = await self._call(
+            self.custom.create_namespaced_custom_object, info.group, info.version, namespace, info.plural, body
+        )
+        return created
+
+    async def patch(self, kind: Kind, namespace: str, name: str, body: JSON) -> JSON:
+        info = kind.resource
+        patched: JSON = await self._call(
+            self.custom.patch_namespaced_custom_object, info.group, info.version, namespace, info.plural, name, body
+        )
+        return patched
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        info = kind.resource
+        try:
+            await self._call(
+                self.custom.delete_namespaced_custom_object, info.group, info.version, namespace, info.plural, name
+            )
+        except client.ApiException as error:
+            if is_not_found(error):
+                return False
+            raise
+        return True
+
+    async def replace_status(self, kind: Kind, obj: JSON) -> JSON:
+        """Write the status carrying the resourceVersion that was read: 409 Conflict when someone wrote first."""
+        info, meta = kind.resource, obj["metadata"]
+        replaced: JSON = await self._call(
+            self.custom.replace_namespaced_custom_object_status,
+            info.group,
+            info.version,
+            meta["namespace"],
+            info.plural,
+            meta["name"],
+            obj,
+        )
+        return replaced
+
+    async def merge_status(self, kind: Kind, namespace: str, name: str, status: JSON) -> JSON:
+        """A merge patch of the status: touches only the keys given, so it never conflicts."""
+        info = kind.resource
+        patched: JSON = await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            info.group,
+            info.version,
+            namespace,
+            info.plural,
+            name,
+            {"status": status},
+        )
+        return patched
+
+    async def json_patch_status(self, kind: Kind, namespace: str, name: str, operations: list[JSON]) -> bool:
+        """A JSON patch of the status (with `test` operations); False when a test failed or the object is gone."""
+        info = kind.resource
+        try:
+            await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                info.group,
+                info.version,
+                namespace,
+                info.plural,
+                name,
+                operations,
+                _content_type="application/json-patch+json",
+            )
+        except client.ApiException as error:
+            if error.status in (404, 422):
+                return False
+            raise
+        return True
+
+    # core objects
+
+    async def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        body = {"metadata": {"name": name, "labels": labels or {}}}
+        try:
+            await self._call(self.core.create_namespace, body)
+        except client.ApiException as error:
+            if not is_conflict(error):
+                raise
+            if labels:
+                await self._call(self.core.patch_namespace, name, {"metadata": {"labels": labels}})
+
+    async def delete_namespace(self, name: str) -> None:
+        try:
+            await self._call(self.core.delete_namespace, name)
+        except client.ApiException as error:
+            if not is_not_found(error):
+                raise
+
+    async def apply(self, obj: JSON) -> JSON:
+        """Server-side apply of a ConfigMap or Deployment; the object as stored."""
+        meta = obj["metadata"]
+        functions: dict[str, Callable[..., Any]] = {
+            "ConfigMap": self.core.patch_namespaced_config_map,
+            "Deployment": self.apps.patch_namespaced_deployment,
+        }
+        function = functions[obj["kind"]]
+        applied = await self._call(
+            function,
+            meta["name"],
+            meta["namespace"],
+            obj,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            applied
+        )
+        return result
+
+    async def get_deployment(self, namespace: str, name: str) -> JSON | None:
+        try:
+            found = await self._call(self.apps.read_namespaced_deployment, name, namespace)
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            found
+        )
+        return result
+
+    async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
+        """Post an Event on `obj` (a decision a user would wonder about)."""
+        meta = obj["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+            "reportingComponent": FIELD_MANAGER,
+        }
+        try:
+            await self._call(self.core.create_namespaced_event, meta["namespace"], body)
+        except client.ApiException as error:  # an Event is a courtesy: losing one must not fail the decision
+            log.warning("cannot post Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error.reason)
+
+    async def bearer_token(self, namespace: str, name: str) -> str:
+        """The token of the API Secret, created with a random token when it does not exist yet."""
+        try:
+            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        except client.ApiException as error:
+            if not is_not_found(error):
+                raise
+            body = {
+                "metadata": {"name": name, "namespace": namespace},
+                "stringData": {TOKEN_KEY: secrets.token_hex(32)},
+            }
+            try:
+                await self._call(self.core.create_namespaced_secret, namespace, body)
+            except client.ApiException as create_error:
+                if not is_conflict(create_error):
+                    raise
+            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        data = secret.data or {}
+        if TOKEN_KEY not in data:
+            raise ValueError(f"Secret {namespace}/{name} has no key {TOKEN_KEY!r}")
+        return base64.b64decode(data[TOKEN_KEY]).decode().strip()
+
+    # leases: one per running allocator, so that others can tell which block owners are alive
+
+    async def renew_lease(self, namespace: str, name: str, holder: str, seconds: int) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": seconds, "renewTime": now}
+        body = {"metadata": {"name": name, "namespace": namespace, "labels": {LEASE_LABEL: "true"}}, "spec": spec}
+        try:
+            await self._call(self.coordination.patch_namespaced_lease, name, namespace, {"spec": spec})
+        except client.ApiException as error:
+            if not is_not_found(error):
+                raise
+            await self._call(self.coordination.create_namespaced_lease, namespace, body)
+
+    async def live_holders(self, namespace: str) -> tuple[set[str], list[str]]:
+        """Holders of unexpired allocator Leases, and the names of the expired Leases."""
+        leases = await self._call(self.coordination.list_namespaced_lease, namespace, label_selector=LEASE_LABEL)
+        now = datetime.now(UTC)
+        live, expired = set(), []
+        for lease in leases.items:
+            spec = lease.spec
+            if spec is None or spec.renew_time is None or spec.holder_identity is None:
+                continue
+            if spec.renew_time + timedelta(seconds=spec.lease_duration_seconds or 0) > now:
+                live.add(spec.holder_identity)
+            else:
+                expired.append(lease.metadata.name)
+        return live, expired
+
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(self.coordination.delete_namespaced_lease, name, namespace)
+        except client.ApiException as error:
+            if not is_not_found(error):
+                raise
+
+
+def new_identity(hostname: str) -> str:
+    """A name for this allocator process, different after every restart."""
+    cleaned = "".join(c if c.isalnum() else "-" for c in hostname.lower()).strip("-")[:40] or "allocator"
+    return f"{cleaned}-{uuid.uuid4().hex[:6]}"
+
+
+__all__ = ["Kube", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]

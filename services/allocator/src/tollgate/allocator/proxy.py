@@ -1,0 +1,146 @@
+"""A load balancer's Envoy proxies, planned without I/O: the bootstrap ConfigMap, the Deployment, the conditions."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import yaml
+
+from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.models.epic import ACCOUNT_LABEL, LOAD_BALANCER_LABEL, LBServiceGroupSpec, LoadBalancerStatus
+
+JSON = dict[str, Any]
+BOOTSTRAP_DIR = "/etc/envoy"
+NODE_ID = "$(POD_NAME).$(POD_NAMESPACE)"
+CONFIG_HASH_ANNOTATION = "tollgate.io/bootstrap-hash"
+ALLOCATED, PROXY_READY, READY = "Allocated", "ProxyReady", "Ready"
+
+
+def proxy_name(load_balancer: str) -> str:
+    return f"{load_balancer}-envoy"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"xds address {address!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def bootstrap(group: LBServiceGroupSpec, load_balancer: str, xds_address: str) -> str:
+    """The group's bootstrap template with {node_id}, {cluster}, {xds_address}, {xds_host} and {xds_port} filled
+    in, or an ADS bootstrap pointing at the xDS server."""
+    host, port = split_address(xds_address)
+    if group.envoy_bootstrap is None:
+        return yaml.safe_dump(ads_bootstrap(host, port), sort_keys=False)
+    values = {"node_id": NODE_ID, "cluster": load_balancer, "xds_address": xds_address}
+    values |= {"xds_host": host, "xds_port": str(port)}
+    text = group.envoy_bootstrap
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def owner_reference(obj: JSON) -> JSON:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_labels(load_balancer: str, account: str) -> dict[str, str]:
+    return {ENVOY_PROXY_LABEL: "true", LOAD_BALANCER_LABEL: load_balancer, ACCOUNT_LABEL: account}
+
+
+def config_map(lb: JSON, account: str, text: str) -> JSON:
+    name = lb["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": proxy_name(name),
+            "namespace": lb["metadata"]["namespace"],
+            "labels": {LOAD_BALANCER_LABEL: name, ACCOUNT_LABEL: account},
+            "ownerReferences": [owner_reference(lb)],
+        },
+        "data": {BOOTSTRAP_KEY: text},
+    }
+
+
+def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> JSON:
+    """The Envoy proxy Deployment: the group's image and replica count; a changed bootstrap rolls the pods."""
+    name = lb["metadata"]["name"]
+    labels = pod_labels(name, account)
+    selector = {LOAD_BALANCER_LABEL: name, ENVOY_PROXY_LABEL: "true"}
+    downward = [
+        {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))
+    ]
+    container = {
+        "name": ENVOY_CONTAINER,
+        "image": group.envoy_image,
+        "args": ["-c", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}", "--service-node", NODE_ID, "--service-cluster", name],
+        "env": downward,
+        "ports": [{"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"}],
+        "volumeMounts": [{"name": "bootstrap", "mountPath": BOOTSTRAP_DIR, "readOnly": True}],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": proxy_name(name),
+            "namespace": lb["metadata"]["namespace"],
+            "labels": {LOAD_BALANCER_LABEL: name, ACCOUNT_LABEL: account},
+            "ownerReferences": [owner_reference(lb)],
+        },
+        "spec": {
+            "replicas": group.envoy_replica_count,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {CONFIG_HASH_ANNOTATION: hashlib.sha256(text.encode()).hexdigest()[:16]},
+                },
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "bootstrap", "configMap": {"name": proxy_name(name)}}],
+                },
+            },
+        },
+    }
+
+
+def proxy_readiness(deployment_obj: JSON | None) -> tuple[bool, str, str]:
+    """ProxyReady from the Deployment: (ready, reason, message)."""
+    if deployment_obj is None:
+        return False, "ProxyMissing", "the Envoy proxy Deployment does not exist yet"
+    wanted = int(deployment_obj.get("spec", {}).get("replicas", 1))
+    status = deployment_obj.get("status") or {}
+    ready = int(status.get("readyReplicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    current = status.get("observedGeneration", 0) >= deployment_obj["metadata"].get("generation", 0)
+    message = f"{ready}/{wanted} Envoy replicas ready"
+    if wanted == 0:
+        return False, "NoReplicas", "the service group asks for 0 Envoy replicas"
+    if current and ready >= wanted and updated >= wanted:
+        return True, "ProxyAvailable", message
+    return False, "ProxyProgressing", message
+
+
+def settle_ready(status: LoadBalancerStatus, generation: int | None) -> None:
+    """Ready is Allocated and ProxyReady; when not, the first failing one says why."""
+    for name in (ALLOCATED, PROXY_READY):
+        condition = status.condition(name)
+        if condition is None:
+            status.set_condition(READY, "Unknown", "Pending", f"{name} is not known yet", generation)
+            return
+        if condition.status != "True":
+            status.set_condition(READY, "False", condition.reason or "Pending", condition.message, generation)
+            return
+    status.set_condition(READY, "True", "Ready", "service ID allocated and Envoy proxies ready", generation)

@@ -1,0 +1,341 @@
+"""What the handlers do: accounts and their user namespaces, load balancers (service IDs, Envoy proxies,
+conditions) and RemoteEndpoints created as objects."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+from opentelemetry import trace
+
+from tollgate.allocator import allocation, proxy
+from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
+from tollgate.allocator.registry import TUNNELS, NotFoundError, Registry, account_of
+from tollgate.allocator.tunnels import Metrics
+from tollgate.models.base import Status
+from tollgate.models.epic import (
+    ACCOUNT_LABEL,
+    LOAD_BALANCER_LABEL,
+    USER_NAMESPACE_LABEL,
+    Account,
+    AccountStatus,
+    GWProxy,
+    LBServiceGroup,
+    LBServiceGroupSpec,
+    LoadBalancer,
+    LoadBalancerSpec,
+    LoadBalancerStatus,
+    RemoteEndpoint,
+    RemoteEndpointStatus,
+    account_namespace,
+)
+from tollgate.runtime.optimistic import update_optimistically
+
+log = logging.getLogger("tollgate.allocator.reconcile")
+CLEANUP_RETRY_SECONDS = 2.0
+STATUS_MODELS: dict[Kind, type[Status]] = {
+    Account: AccountStatus,
+    LoadBalancer: LoadBalancerStatus,
+    RemoteEndpoint: RemoteEndpointStatus,
+}
+
+
+class Reconciler:
+    def __init__(
+        self, kube: Kube, registry: Registry, metrics: Metrics, tracer: trace.Tracer, xds_address: str
+    ) -> None:
+        self.kube = kube
+        self.registry = registry
+        self.metrics = metrics
+        self.tracer = tracer
+        self.xds_address = xds_address
+
+    async def update_status(self, kind: Kind, namespace: str, name: str, mutate: Callable[[Any], None]) -> JSON | None:
+        """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone."""
+        status_model = STATUS_MODELS[kind]
+
+        async def read() -> JSON:
+            obj = await self.kube.get(kind, namespace, name)
+            if obj is None:
+                raise NotFoundError(f"{kind.resource.kind} {namespace}/{name}")
+            return obj
+
+        def change(obj: JSON) -> None:
+            status: Status = status_model.model_validate(obj.get("status") or {})
+            mutate(status)
+            obj["status"] = status.to_wire()
+
+        try:
+            result = await update_optimistically(
+                read,
+                change,
+                lambda obj: self.kube.replace_status(kind, obj),
+                is_conflict,
+                what=f"status of {kind.resource.kind} {namespace}/{name}",
+                on_conflict=lambda _: self.metrics.conflict(kind.resource.kind),
+            )
+        except NotFoundError:
+            return None
+        self.metrics.retried(kind.resource.kind, result.conflicts)
+        return result.written
+
+    # accounts
+
+    async def reconcile_account(self, account: JSON) -> None:
+        meta = account["metadata"]
+        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+        with self.tracer.start_as_current_span("reconcile Account", attributes={"namespace": namespace, "name": name}):
+            expected = account_namespace(name)
+            if namespace != expected:
+                message = f"metadata.namespace: Account {name!r} must live in its user namespace {expected!r}"
+                await self.update_status(
+                    Account, namespace, name, lambda s: _ready(s, False, "WrongNamespace", message, generation)
+                )
+                await self.kube.event(account, "WrongNamespace", message, warning=True)
+                return
+            await self.kube.ensure_namespace(namespace, {USER_NAMESPACE_LABEL: "true", ACCOUNT_LABEL: name})
+
+            def ready(status: AccountStatus) -> None:
+                status.namespace = namespace
+                _ready(status, True, "UserNamespaceReady", f"user namespace {namespace}", generation)
+
+            before = (account.get("status") or {}).get("namespace")
+            await self.update_status(Account, namespace, name, ready)
+            if before != namespace:
+                await self.kube.event(account, "UserNamespaceReady", f"owns the user namespace {namespace}")
+            for lb in await self.kube.list_objects(LoadBalancer, namespace):
+                if not _condition_true(lb, proxy.ALLOCATED):
+                    await self.reconcile_load_balancer(lb)
+
+    async def cleanup_account(self, account: JSON) -> None:
+        """Delete what the account holds, then its user namespace; until it can, say why in a condition."""
+        meta = account["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        with self.tracer.start_as_current_span("delete Account", attributes={"namespace": namespace, "name": name}):
+            if namespace != account_namespace(name):
+                return
+            remaining: list[str] = []
+            for kind in (LoadBalancer, GWProxy, RemoteEndpoint, LBServiceGroup):
+                for obj in await self.kube.list_objects(kind, namespace):
+                    obj_meta = obj["metadata"]
+                    if not obj_meta.get("deletionTimestamp"):
+                        await self.kube.delete(kind, namespace, obj_meta["name"])
+                    still = await self.kube.get(kind, namespace, obj_meta["name"])
+                    if still is not None:
+                        holders = ", ".join(still["metadata"].get("finalizers") or []) or "deletion in progress"
+                        remaining.append(f"{kind.resource.kind} {obj_meta['name']} ({holders})")
+            if remaining:
+                message = f"waiting for {len(remaining)} objects to go away: {'; '.join(remaining)}"
+                await self.update_status(
+                    Account,
+                    namespace,
+                    name,
+                    lambda s: _ready(s, False, "CleanupPending", message, meta.get("generation")),
+                )
+                raise kopf.TemporaryError(message, delay=CLEANUP_RETRY_SECONDS)
+            await self.kube.delete_namespace(namespace)
+            await self.kube.event(account, "UserNamespaceDeleted", f"deleted the user namespace {namespace}")
+
+    # load balancers
+
+    async def reconcile_load_balancer(self, lb: JSON) -> None:
+        meta = lb["metadata"]
+        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+        if meta.get("deletionTimestamp"):
+            return
+        attributes = {"namespace": namespace, "name": name}
+        with self.tracer.start_as_current_span("reconcile LoadBalancer", attributes=attributes):
+            account = account_of(namespace)
+            ok, reason, message, new_id = await self._service_id(lb, account)
+            if new_id is not None:
+                lb = await self.kube.patch(LoadBalancer, namespace, name, {"spec": {"service-id": new_id}})
+                await self.kube.event(lb, "ServiceIDAllocated", f"allocated service-id {new_id}")
+            proxy_state = (
+                (False, "NotAllocated", "waiting for the service ID") if not ok else await self._proxy(lb, account)
+            )
+
+            def write(status: LoadBalancerStatus) -> None:
+                status.observed_generation = generation
+                status.set_condition(proxy.ALLOCATED, "True" if ok else "False", reason, message, generation)
+                ready, proxy_reason, proxy_message = proxy_state
+                status.set_condition(
+                    proxy.PROXY_READY, "True" if ready else "False", proxy_reason, proxy_message, generation
+                )
+                proxy.settle_ready(status, generation)
+
+            written = await self.update_status(LoadBalancer, namespace, name, write)
+            if written is None:
+                return
+            await self._adopt_endpoints(written)
+
+    async def _service_id(self, lb: JSON, account: str) -> tuple[bool, str, str, int | None]:
+        """Whether the load balancer has (or now gets) a valid service ID, the reason and message, and the ID just
+        allocated from the account's counter with the seed's algorithm, if one was."""
+        meta, namespace = lb["metadata"], lb["metadata"]["namespace"]
+        if await self.kube.get(Account, namespace, account) is None:
+            message = (
+                f"no Account {account!r} in namespace {namespace}: load balancers live in their account's namespace"
+            )
+            return False, "AccountNotFound", message, None
+        spec = LoadBalancerSpec.model_validate(lb["spec"])
+        others = [
+            o for o in await self.kube.list_objects(LoadBalancer, namespace) if o["metadata"]["name"] != meta["name"]
+        ]
+        if spec.service_id is not None:
+            earlier = [
+                o["metadata"]["name"]
+                for o in others
+                if o["spec"].get("service-id") == spec.service_id
+                and (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
+                < (meta["creationTimestamp"], meta["name"])
+            ]
+            if earlier:
+                message = f"spec.service-id: {spec.service_id} is already used by load balancer {earlier[0]!r}"
+                await self.kube.event(lb, "DuplicateServiceID", message, warning=True)
+                return False, "DuplicateServiceID", message, None
+            return True, "ServiceIDAllocated", f"service-id {spec.service_id}", None
+        used = {int(o["spec"]["service-id"]) for o in others if o["spec"].get("service-id") is not None}
+
+        def next_id(status: AccountStatus) -> None:
+            status.current_service_id = allocation.next_service_id(status.current_service_id, used)
+
+        written = await self.update_status(Account, namespace, account, next_id)
+        if written is None:
+            return False, "AccountNotFound", f"Account {account!r} was deleted", None
+        self.metrics.service_ids.add(1)
+        new_id = int(written["status"]["current-service-id"])
+        return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
+
+    async def _proxy(self, lb: JSON, account: str) -> tuple[bool, str, str]:
+        meta, spec = lb["metadata"], LoadBalancerSpec.model_validate(lb["spec"])
+        group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
+        if group_obj is None:
+            message = f"spec.service-group: no LBServiceGroup {spec.service_group!r} in namespace {meta['namespace']}"
+            await self.kube.event(lb, "ServiceGroupNotFound", message, warning=True)
+            return False, "ServiceGroupNotFound", message
+        group = LBServiceGroupSpec.model_validate(group_obj.get("spec") or {})
+        text = proxy.bootstrap(group, meta["name"], self.xds_address)
+        await self.kube.apply(proxy.config_map(lb, account, text))
+        deployment = await self.kube.apply(proxy.deployment(lb, account, group, text))
+        return proxy.proxy_readiness(deployment)
+
+    async def _adopt_endpoints(self, lb: JSON) -> None:
+        """RemoteEndpoints created before their load balancer get their tunnels now; stale entries go."""
+        reps = await self.kube.list_objects(RemoteEndpoint, lb["metadata"]["namespace"])
+        for rep in reps:
+            if rep["spec"].get("load-balancer") == lb["metadata"]["name"] and not (rep.get("status") or {}).get(
+                "tunnel-id"
+            ):
+                await self.reconcile_remote_endpoint(rep, lb)
+        for address in await self.registry.prune(lb, reps):
+            await self.kube.event(lb, "TunnelReleased", f"released the tunnel of {address}: no RemoteEndpoint holds it")
+
+    async def proxy_changed(self, deployment: JSON) -> None:
+        """The Envoy Deployment moved: reflect it in the load balancer's ProxyReady and Ready."""
+        labels = deployment["metadata"].get("labels") or {}
+        namespace, name = deployment["metadata"]["namespace"], labels.get(LOAD_BALANCER_LABEL)
+        if not name:
+            return
+        with self.tracer.start_as_current_span("reconcile proxy", attributes={"namespace": namespace, "name": name}):
+            await self._proxy_changed(namespace, name, deployment)
+
+    async def _proxy_changed(self, namespace: str, name: str, deployment: JSON) -> None:
+        lb = await self.kube.get(LoadBalancer, namespace, name)
+        if lb is None or lb["metadata"].get("deletionTimestamp"):
+            return
+        ready, reason, message = proxy.proxy_readiness(deployment)
+        current = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.PROXY_READY)
+        wanted = ("True" if ready else "False", reason, message)
+        if current is not None and (current.status, current.reason, current.message) == wanted:
+            return
+
+        def write(status: LoadBalancerStatus) -> None:
+            generation = status.observed_generation
+            status.set_condition(proxy.PROXY_READY, "True" if ready else "False", reason, message, generation)
+            proxy.settle_ready(status, generation)
+
+        await self.update_status(LoadBalancer, namespace, name, write)
+        if ready:
+            await self.kube.event(lb, "ProxyReady", message)
+
+    async def group_changed(self, group: JSON) -> None:
+        """A service group changed: its load balancers' proxies follow."""
+        namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]
+        for lb in await self.kube.list_objects(LoadBalancer, namespace):
+            if lb["spec"].get("service-group") == name:
+                await self.reconcile_load_balancer(lb)
+
+    # remote endpoints created as objects
+
+    async def remote_endpoint_seen(self, rep: JSON) -> None:
+        """A RemoteEndpoint appeared or changed: done when its tunnel is already in its load balancer's status."""
+        tunnel_id = (rep.get("status") or {}).get("tunnel-id")
+        if (
+            rep["metadata"].get("deletionTimestamp")
+            or (
+                rep["metadata"]["namespace"],
+                rep["metadata"]["name"],
+            )
+            in self.registry.in_flight
+        ):
+            return
+        if tunnel_id is not None:
+            lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
+            entry = ((lb or {}).get("status") or {}).get(TUNNELS, {}).get(str(rep["spec"]["address"])) or {}
+            if lb is None or entry.get("tunnel-id") == tunnel_id:
+                return
+        await self.reconcile_remote_endpoint(rep)
+
+    async def reconcile_remote_endpoint(self, rep: JSON, lb: JSON | None = None) -> None:
+        meta = rep["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if meta.get("deletionTimestamp"):
+            return
+        with self.tracer.start_as_current_span(
+            "reconcile RemoteEndpoint", attributes={"namespace": namespace, "name": name}
+        ):
+            lb_name = rep["spec"]["load-balancer"]
+            lb = lb or await self.kube.get(LoadBalancer, namespace, lb_name)
+            if lb is None:
+                message = f"spec.load-balancer: no LoadBalancer {lb_name!r} in namespace {namespace}"
+
+                def missing(status: RemoteEndpointStatus) -> None:
+                    status.set_condition("Ready", "False", "LoadBalancerNotFound", message, meta.get("generation"))
+
+                await self.update_status(RemoteEndpoint, namespace, name, missing)
+                await self.kube.event(rep, "LoadBalancerNotFound", message, warning=True)
+                return
+            if not any(ref.get("uid") == lb["metadata"]["uid"] for ref in meta.get("ownerReferences") or []):
+                rep = await self.kube.patch(
+                    RemoteEndpoint, namespace, name, {"metadata": {"ownerReferences": [proxy.owner_reference(lb)]}}
+                )
+            had = (rep.get("status") or {}).get("tunnel-id")
+            try:
+                _, tunnel_id = await self.registry.ensure_tunnel(rep, lb)
+            except NotFoundError as error:
+                log.info("not assigning a tunnel: %s", error)
+                return
+            if had is None:
+                await self.kube.event(rep, "TunnelAssigned", f"tunnel ID {tunnel_id} for {rep['spec']['address']}")
+
+    async def remote_endpoint_deleted(self, rep: JSON) -> None:
+        if await self.registry.forget(rep):
+            lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
+            if lb is not None:
+                tunnel_id = rep["status"]["tunnel-id"]
+                await self.kube.event(
+                    lb, "TunnelReleased", f"released tunnel ID {tunnel_id} of {rep['spec']['address']}"
+                )
+
+
+def _ready(status: Status, ok: bool, reason: str, message: str, generation: int | None) -> None:
+    status.observed_generation = generation
+    status.set_condition("Ready", "True" if ok else "False", reason, message, generation)
+
+
+def _condition_true(obj: JSON, name: str) -> bool:
+    return any(
+        c.get("type") == name and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
+    )

@@ -1,0 +1,95 @@
+"""A load balancer's Envoy proxies as planned: bootstrap, ConfigMap, Deployment, conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tollgate.allocator import proxy
+from tollgate.models.envoy import ENVOY_PROXY_LABEL, XDS_CLUSTER
+from tollgate.models.epic import ACCOUNT_LABEL, LOAD_BALANCER_LABEL, LBServiceGroupSpec, LoadBalancerStatus
+
+LB: dict[str, Any] = {
+    "apiVersion": "epic.acnodal.io/v1",
+    "kind": "LoadBalancer",
+    "metadata": {"name": "web", "namespace": "epic-acme", "uid": "u-1", "generation": 3},
+    "spec": {"service-group": "sample"},
+}
+
+
+def test_default_bootstrap_points_ads_at_the_xds_server() -> None:
+    bootstrap = yaml.safe_load(proxy.bootstrap(LBServiceGroupSpec(), "web", "xds.epic.svc:18000"))
+    cluster = bootstrap["static_resources"]["clusters"][0]
+    assert cluster["name"] == XDS_CLUSTER
+    address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    assert address == {"address": "xds.epic.svc", "port_value": 18000}
+
+
+def test_a_groups_template_gets_node_cluster_and_xds_address_filled_in() -> None:
+    template = "node: {id: '{node_id}', cluster: '{cluster}'}\nxds: '{xds_address}' # {xds_host} {xds_port}\nads: {}\n"
+    text = proxy.bootstrap(LBServiceGroupSpec(envoy_bootstrap=template), "web", "10.0.0.1:18000")
+    assert text.splitlines() == [
+        "node: {id: '$(POD_NAME).$(POD_NAMESPACE)', cluster: 'web'}",
+        "xds: '10.0.0.1:18000' # 10.0.0.1 18000",
+        "ads: {}",
+    ]
+
+
+def test_deployment_carries_the_group_image_replicas_labels_and_owner() -> None:
+    group = LBServiceGroupSpec(envoy_image="envoyproxy/envoy:v1.40.0", envoy_replica_count=3)
+    deployment = proxy.deployment(LB, "acme", group, "bootstrap text")
+    assert deployment["metadata"]["name"] == "web-envoy"
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert deployment["spec"]["replicas"] == 3
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"] == {
+        ENVOY_PROXY_LABEL: "true",
+        LOAD_BALANCER_LABEL: "web",
+        ACCOUNT_LABEL: "acme",
+    }
+    assert set(deployment["spec"]["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
+    container = template["spec"]["containers"][0]
+    assert container["name"] == "envoy"
+    assert container["image"] == "envoyproxy/envoy:v1.40.0"
+    assert container["args"][:2] == ["-c", "/etc/envoy/envoy.yaml"]
+    assert template["spec"]["volumes"][0]["configMap"]["name"] == "web-envoy"
+    other = proxy.deployment(LB, "acme", group, "another bootstrap")
+    assert other["spec"]["template"]["metadata"]["annotations"] != template["metadata"]["annotations"], (
+        "a changed bootstrap rolls the pods"
+    )
+
+
+def deployment_with(replicas: int, ready: int, observed: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": observed, "readyReplicas": ready, "updatedReplicas": ready},
+    }
+
+
+def test_proxy_readiness_follows_the_deployment() -> None:
+    assert proxy.proxy_readiness(None)[:2] == (False, "ProxyMissing")
+    assert proxy.proxy_readiness(deployment_with(2, 1)) == (False, "ProxyProgressing", "1/2 Envoy replicas ready")
+    assert proxy.proxy_readiness(deployment_with(2, 2)) == (True, "ProxyAvailable", "2/2 Envoy replicas ready")
+    assert proxy.proxy_readiness(deployment_with(2, 2, observed=0))[0] is False
+    assert proxy.proxy_readiness(deployment_with(0, 0))[:2] == (False, "NoReplicas")
+
+
+def test_ready_is_allocated_and_proxy_ready() -> None:
+    status = LoadBalancerStatus()
+    proxy.settle_ready(status, 1)
+    assert (status.condition("Ready").status, status.condition("Ready").reason) == ("Unknown", "Pending")
+    status.set_condition(proxy.ALLOCATED, "True", "ServiceIDAllocated", "service-id 1")
+    status.set_condition(proxy.PROXY_READY, "False", "ServiceGroupNotFound", "spec.service-group: no group")
+    proxy.settle_ready(status, 1)
+    ready = status.condition("Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason, ready.message) == (
+        "False",
+        "ServiceGroupNotFound",
+        "spec.service-group: no group",
+    )
+    status.set_condition(proxy.PROXY_READY, "True", "ProxyAvailable", "1/1")
+    proxy.settle_ready(status, 1)
+    assert status.condition("Ready").status == "True"

@@ -1,0 +1,403 @@
+"""The allocator on the embedded cluster: the seed's LoadBalancer, accounts, Envoy proxies, the registration API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from kubernetes import client
+
+from tollgate.allocator.grpc.client import AllocatorClient
+from tollgate.cli.epicctl import main as epicctl_main
+from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_PROXY_LABEL, XDS_CLUSTER, ads_bootstrap
+from tollgate.models.epic import ACCOUNT_LABEL, GROUP, LOAD_BALANCER_LABEL, USER_NAMESPACE_LABEL, VERSION
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tools import repo_root
+from tollgate.testing.wait import eventually, wait_for
+
+SAMPLES = repo_root() / "deploy" / "samples"
+GUE_ADDRESS = "192.168.1.40"
+TOKEN_SECRET = "tollgate-allocator-grpc-token"
+XDS_ADDRESS = "127.0.0.1:18000"
+EPIC_PORT = {"appProtocol": "gue", "port": 6080, "protocol": "UDP"}
+
+
+def allocator_env(grpc_port: int, **extra: str) -> dict[str, str]:
+    return {
+        "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{grpc_port}",
+        "TOLLGATE_ALLOCATOR_XDS_ADDRESS": XDS_ADDRESS,
+        "TOLLGATE_ALLOCATOR_GUE_ADDRESS": GUE_ADDRESS,
+        **extra,
+    }
+
+
+@pytest.fixture
+def allocator(run_service: ServiceFactory) -> tuple[ServiceProcess, int]:
+    port = free_port()
+    return run_service("allocator", env=allocator_env(port)), port
+
+
+def token(core: client.CoreV1Api) -> str:
+    secret = core.read_namespaced_secret(TOKEN_SECRET, "epic")
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+@pytest.fixture
+async def api(allocator: tuple[ServiceProcess, int], core: client.CoreV1Api) -> AsyncIterator[AllocatorClient]:
+    async with AllocatorClient(f"127.0.0.1:{allocator[1]}", token(core)) as connected:
+        yield connected
+
+
+def fetch_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def get(custom: client.CustomObjectsApi, plural: str, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, namespace, plural, name
+    )
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def epicctl(cluster: EmbeddedCluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """epicctl in this process (the console script is run once, in the account test): its exit code and output."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = epicctl_main([*args, "--kubeconfig", str(cluster.kubeconfig)])
+    if check and code != 0:
+        raise AssertionError(f"epicctl {' '.join(args)} failed: {err.getvalue()}")
+    return subprocess.CompletedProcess(["epicctl", *args], code, out.getvalue(), err.getvalue())
+
+
+def user_account(cluster: EmbeddedCluster, group_spec: dict[str, Any] | None = None) -> str:
+    """A fresh account made with epicctl, with a service group `web`."""
+    name = f"acme-{uuid.uuid4().hex[:6]}"
+    epicctl(cluster, "create", "user-namespace", name)
+    group = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LBServiceGroup",
+        "metadata": {"name": "web", "namespace": f"epic-{name}"},
+        "spec": group_spec or {"envoy-image": "envoyproxy/envoy:v1.40.0", "envoy-replica-count": 1},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(group))
+    return name
+
+
+def load_balancer(name: str, account: str, group: str = "web") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LoadBalancer",
+        "metadata": {"name": name, "namespace": f"epic-{account}"},
+        "spec": {"public-address": "192.168.77.9", "public-ports": [{"port": 80}], "service-group": group},
+    }
+
+
+@pytest.fixture
+def accounts(cluster: EmbeddedCluster) -> Iterator[list[str]]:
+    """Accounts a test made; deleted afterwards (the allocator has stopped by then: no waiting)."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        cluster.kubectl("patch", "account", name, "-n", f"epic-{name}", "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+        cluster.kubectl("delete", "namespace", f"epic-{name}", "--wait=false", check=False)
+
+
+async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_status_shape(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    apps: client.AppsV1Api,
+    api: AllocatorClient,
+) -> None:
+    cluster.kubectl("apply", "-f", str(SAMPLES / "epic-root-account.yaml"))
+    # The seed's manifest carries a resourceVersion: it applies as a creation, not over an existing object.
+    cluster.kubectl("delete", "-f", str(SAMPLES / "seed-loadbalancer.yaml"), "--ignore-not-found", "--wait")
+    cluster.kubectl("apply", "-f", str(SAMPLES / "seed-loadbalancer.yaml"))
+    try:
+        rep = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "RemoteEndpoint",
+            "metadata": {"name": "seed-25", "namespace": "epic-root"},
+            "spec": {"load-balancer": "sample-acnodal", "address": "192.168.1.25", "port": {"port": 8080}},
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(rep))
+        registered = await api.register("root", "sample-acnodal", "192.168.1.16", 8080)
+        assert registered.created
+        assert registered.tunnel.epic_address == GUE_ADDRESS
+
+        async def both_tunnels() -> dict[str, Any] | None:
+            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
+            entries = (lb.get("status") or {}).get("gue-tunnel-endpoints") or {}
+            return lb if {"192.168.1.16", "192.168.1.25"} <= set(entries) else None
+
+        lb = await eventually(both_tunnels, "tunnels of both endpoints in the load balancer's status", timeout=30)
+        entries = lb["status"]["gue-tunnel-endpoints"]
+        for address in ("192.168.1.16", "192.168.1.25"):
+            entry = entries[address]
+            assert set(entry) == {"epic-address", "epic-port", "tunnel-id"}, entry
+            assert entry["epic-address"] == GUE_ADDRESS
+            assert entry["epic-port"] == EPIC_PORT
+        assert entries["192.168.1.16"]["tunnel-id"] == registered.tunnel.tunnel_id
+        assert entries["192.168.1.16"]["tunnel-id"] != entries["192.168.1.25"]["tunnel-id"]
+        assert (
+            get(custom, "remoteendpoints", "epic-root", "seed-25")["status"]["tunnel-id"]
+            == (entries["192.168.1.25"]["tunnel-id"])
+        )
+        assert lb["spec"]["service-id"] == 1, "the seed's service-id, set by hand, is kept"
+        epic = get(custom, "epics", "epic", "epic")
+        assert epic["status"]["current-tunnel-id"] >= max(e["tunnel-id"] for e in entries.values())
+
+        async def ready() -> dict[str, Any] | None:
+            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
+            state = condition(lb, "Ready")
+            return lb if state and state["status"] == "True" else None
+
+        lb = await eventually(ready, "the seed's load balancer to be Ready", timeout=30)
+        assert condition(lb, "Allocated")["reason"] == "ServiceIDAllocated"
+        assert condition(lb, "ProxyReady")["message"] == "1/1 Envoy replicas ready"
+        assert lb["status"]["observedGeneration"] == lb["metadata"]["generation"]
+        deployment = apps.read_namespaced_deployment("sample-acnodal-envoy", "epic-root")
+        assert deployment.spec.replicas == 1
+        assert deployment.metadata.owner_references[0].uid == lb["metadata"]["uid"]
+        pod = deployment.spec.template
+        assert pod.metadata.labels == {
+            ENVOY_PROXY_LABEL: "true",
+            LOAD_BALANCER_LABEL: "sample-acnodal",
+            ACCOUNT_LABEL: "root",
+        }
+        envoy = pod.spec.containers[0]
+        assert (envoy.name, envoy.image) == ("envoy", "envoyproxy/envoy:v1.40.0")
+        assert envoy.args == [
+            "-c", "/etc/envoy/envoy.yaml", "--service-node", "$(POD_NAME).$(POD_NAMESPACE)",
+            "--service-cluster", "sample-acnodal",
+        ]  # fmt: skip
+
+        assert (await api.unregister("root", "sample-acnodal", "192.168.1.16")).deleted
+
+        async def released() -> bool:
+            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
+            return "192.168.1.16" not in lb["status"]["gue-tunnel-endpoints"]
+
+        await eventually(released, "the unregistered endpoint's tunnel to leave the status", timeout=30)
+        cluster.kubectl("delete", "remoteendpoint", "seed-25", "-n", "epic-root")
+
+        async def released_object() -> bool:
+            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
+            return "192.168.1.25" not in lb["status"]["gue-tunnel-endpoints"]
+
+        await eventually(released_object, "a deleted RemoteEndpoint's tunnel to leave the status", timeout=30)
+    finally:
+        cluster.kubectl("delete", "-f", str(SAMPLES / "seed-loadbalancer.yaml"), "--ignore-not-found")
+        cluster.kubectl("delete", "remoteendpoint", "seed-25", "-n", "epic-root", "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def apps(kube: client.ApiClient) -> client.AppsV1Api:
+    return client.AppsV1Api(kube)
+
+
+async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    first, second = user_account(cluster), user_account(cluster)
+    accounts += [first, second]
+    namespace = f"epic-{first}"
+    labels = core.read_namespace(namespace).metadata.labels
+    assert labels[USER_NAMESPACE_LABEL] == "true"
+    assert labels[ACCOUNT_LABEL] == first
+
+    async def account_ready() -> dict[str, Any] | None:
+        account = get(custom, "accounts", namespace, first)
+        state = condition(account, "Ready")
+        return account if state and state["status"] == "True" else None
+
+    account = await eventually(account_ready, "the account to be Ready", timeout=30)
+    assert account["status"]["namespace"] == namespace
+    assert "tollgate.io/finalizer" in account["metadata"]["finalizers"]
+
+    for name, where in (("one", first), ("two", first), ("other", second)):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer(name, where)))
+
+    def service_ids() -> dict[str, int] | None:
+        found = {}
+        for name, where in (("one", first), ("two", first), ("other", second)):
+            spec = get(custom, "loadbalancers", f"epic-{where}", name)["spec"]
+            if "service-id" not in spec:
+                return None
+            found[name] = spec["service-id"]
+        return found
+
+    ids = wait_for(service_ids, "service IDs for every load balancer", timeout=30)
+    assert sorted([ids["one"], ids["two"]]) == [1, 2], "unique within the account"
+    assert ids["other"] == 1, "accounts are independent of each other"
+    assert get(custom, "accounts", namespace, first)["status"]["current-service-id"] == 2
+
+    listed = json.loads(epicctl(cluster, "get", "loadbalancers", "-n", first, "-o", "json").stdout)
+    assert sorted(lb["metadata"]["name"] for lb in listed) == ["one", "two"]
+    script = Path(sys.executable).with_name("epicctl")
+    command = [str(script), "get", "accounts", "--kubeconfig", str(cluster.kubeconfig)]
+    listing = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60, check=True)
+    table = listing.stdout.splitlines()
+    assert table[0].split() == ["NAME", "NAMESPACE", "READY", "AGE"]
+    assert any(line.split()[:3] == [first, namespace, "True"] for line in table[1:])
+    described = epicctl(cluster, "describe", "lb", "one", "-n", first).stdout
+    assert f"Account:         {first}" in described
+    assert "ServiceIDAllocated" in described
+    missing = epicctl(cluster, "describe", "lb", "nope", "-n", first, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"epicctl: load balancer 'nope' not found in account {first}"
+
+    # Something else holds one load balancer: the account waits for it and says so.
+    cluster.kubectl("patch", "lb", "one", "-n", namespace, "--type=merge", "-p",
+                    '{"metadata":{"finalizers":["example.com/hold"]}}')  # fmt: skip
+    cluster.kubectl("delete", "account", first, "-n", namespace, "--wait=false")
+
+    async def blocked() -> dict[str, Any] | None:
+        state = condition(get(custom, "accounts", namespace, first), "Ready")
+        return state if state and state["reason"] == "CleanupPending" else None
+
+    state = await eventually(blocked, "the account to report what blocks its deletion", timeout=30)
+    assert state["status"] == "False"
+    assert "LoadBalancer one (example.com/hold)" in state["message"]
+    assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "lbservicegroups")["items"] == []
+
+    cluster.kubectl("patch", "lb", "one", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+
+    def namespace_going() -> bool:
+        try:
+            return bool(core.read_namespace(namespace).status.phase == "Terminating")
+        except client.ApiException as error:
+            return bool(error.status == 404)
+
+    wait_for(namespace_going, "the user namespace to be deleted with its account", timeout=30)
+    other = get(custom, "loadbalancers", f"epic-{second}", "other")
+    assert other["spec"]["service-id"] == 1, "the other account is untouched"
+
+
+async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    api: AllocatorClient,
+    accounts: list[str],
+) -> None:
+    account = user_account(cluster, {"envoy-replica-count": 0})
+    accounts.append(account)
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("api", account)))
+
+    first = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
+    again = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
+    assert first.created and not again.created
+    assert again.tunnel == first.tunnel
+    assert first.tunnel.remote_endpoint == "api-10-1-0-7"
+    rep = get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7")
+    assert rep["status"]["tunnel-id"] == first.tunnel.tunnel_id
+    assert rep["spec"]["node-address"] == "10.1.0.1"
+
+    lb = await api.load_balancer(account, "api")
+    assert [t.endpoint_address for t in lb.tunnels] == ["10.1.0.7"]
+    assert lb.service_id == 1
+    tunnels = await api.tunnels(account)
+    assert [(t.load_balancer, t.tunnel_id) for t in tunnels] == [("api", first.tunnel.tunnel_id)]
+
+    listed = epicctl(cluster, "get", "tunnels", "-n", account).stdout.splitlines()
+    assert listed[0].split() == ["ACCOUNT", "LOAD-BALANCER", "ENDPOINT", "TUNNEL-ID", "EPIC-ADDRESS", "EPIC-PORT"]
+    assert listed[1].split() == [account, "api", "10.1.0.7", str(first.tunnel.tunnel_id), GUE_ADDRESS, "6080/UDP"]
+
+    bad: list[tuple[tuple[Any, ...], grpc.StatusCode, str]] = [
+        ((account, "api", "10.1.0.300", 80), grpc.StatusCode.INVALID_ARGUMENT, "address: '10.1.0.300' is not an IPv4"),
+        ((account, "api", "10.1.0.8", 0), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 0 is outside 1-65535"),
+        ((account, "api", "10.1.0.8", 70000), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 70000 is outside"),
+        (("no-such-account", "api", "10.1.0.8", 80), grpc.StatusCode.NOT_FOUND, "account: no account"),
+        ((account, "nope", "10.1.0.8", 80), grpc.StatusCode.NOT_FOUND, "load_balancer: no load balancer 'nope'"),
+        (("Bad_Name", "api", "10.1.0.8", 80), grpc.StatusCode.INVALID_ARGUMENT, "account: 'Bad_Name' is not"),
+    ]
+    for args, code, message in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await api.register(*args)
+        assert raised.value.code() == code, args
+        assert message in (raised.value.details() or ""), raised.value.details()
+
+    async with AllocatorClient(api.address, "wrong-token") as intruder:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await intruder.tunnels()
+        assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    assert (await api.unregister(account, "api", "10.1.0.7")).deleted
+    assert not (await api.unregister(account, "api", "10.1.0.7")).deleted
+    assert await api.tunnels(account) == []
+
+
+async def test_load_balancer_envoy_pods_run_a_real_envoy_with_the_ads_bootstrap(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    run_service: ServiceFactory,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+    tmp_path: Path,
+) -> None:
+    run_service("supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)})
+    # The group's bootstrap template: ADS as by default, but live after a short initial fetch even while no xDS
+    # server answers (an Envoy with the default bootstrap waits for its first configuration).
+    template = ads_bootstrap("{xds_host}", 1)
+    template["dynamic_resources"]["cds_config"]["initial_fetch_timeout"] = "0.5s"
+    template["node"] = {"id": "{node_id}", "cluster": "{cluster}"}
+    text = yaml.safe_dump(template).replace("port_value: 1\n", "port_value: {xds_port}\n")
+    account = user_account(cluster, {"envoy-replica-count": 1, "envoy-bootstrap": text})
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("edge", account)))
+
+    async def live_pod() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{LOAD_BALANCER_LABEL}=edge").items
+        for pod in pods:
+            ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None)
+            if ready is not None and ready.reason == "EnvoyLive":
+                return pod
+        return None
+
+    pod = await eventually(live_pod, "the load balancer's Envoy pod to run a live Envoy", timeout=60)
+    dump = await asyncio.to_thread(fetch_json, f"http://{pod.status.pod_ip}:{ADMIN_PORT}/config_dump")
+    bootstrap = next(c for c in dump["configs"] if c["@type"].endswith("BootstrapConfigDump"))["bootstrap"]
+    assert bootstrap["node"]["id"] == f"{pod.metadata.name}.{namespace}"
+    assert bootstrap["node"]["cluster"] == "edge"
+    assert bootstrap["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
+    xds = next(c for c in bootstrap["static_resources"]["clusters"] if c["name"] == XDS_CLUSTER)
+    socket = xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    assert f"{socket['address']}:{socket['port_value']}" == XDS_ADDRESS
+
+    config_map = core.read_namespaced_config_map("edge-envoy", namespace)
+    assert yaml.safe_load(config_map.data[BOOTSTRAP_KEY])["static_resources"]["clusters"][0]["name"] == XDS_CLUSTER
+
+    async def proxy_ready() -> bool:
+        state = condition(get(custom, "loadbalancers", namespace, "edge"), "ProxyReady")
+        return bool(state and state["status"] == "True")
+
+    await eventually(proxy_ready, "the load balancer's ProxyReady condition", timeout=30)

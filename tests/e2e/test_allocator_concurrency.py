@@ -1,0 +1,168 @@
+"""Three allocators, a few hundred concurrent registrations across many load balancers, one allocator killed with
+SIGKILL midway and restarted: every endpoint ends with a tunnel ID and no ID is held twice."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from kubernetes import client
+
+from tollgate.allocator.grpc.client import AllocatorClient
+from tollgate.models.epic import GROUP, VERSION
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.wait import eventually
+
+ACCOUNTS, LBS_PER_ACCOUNT, ENDPOINTS_PER_LB = 4, 5, 15  # 300 endpoints on 20 load balancers
+CONCURRENCY = 24
+LEASE_SECONDS = 6
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def api_object(kind: str, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+@pytest.fixture
+def accounts(cluster: EmbeddedCluster) -> Iterator[list[str]]:
+    names = [f"load-{uuid.uuid4().hex[:5]}" for _ in range(ACCOUNTS)]
+    documents = []
+    for name in names:
+        namespace = f"epic-{name}"
+        documents.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        documents.append(api_object("Account", name, namespace, {}))
+        documents.append(api_object("LBServiceGroup", "web", namespace, {"envoy-replica-count": 0}))
+        for index in range(LBS_PER_ACCOUNT):
+            spec = {"public-ports": [{"port": 80}], "service-group": "web"}
+            documents.append(api_object("LoadBalancer", f"lb-{index}", namespace, spec))
+    cluster.kubectl("apply", "-f", "-", stdin="\n".join(json.dumps(d) for d in documents))
+    yield names
+    for name in names:
+        cluster.kubectl("patch", "account", name, "-n", f"epic-{name}", "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+        cluster.kubectl("delete", "namespace", f"epic-{name}", "--wait=false", check=False)
+
+
+def metric(service: ServiceProcess, name: str) -> float:
+    with urllib.request.urlopen(f"{service.health_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_duplicate_ids(
+    run_service: ServiceFactory,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    accounts: list[str],
+) -> None:
+    ports = [free_port() for _ in range(3)]
+    run = uuid.uuid4().hex[:5]
+    incarnations: Counter[int] = Counter()
+
+    def start(index: int) -> ServiceProcess:
+        incarnations[index] += 1
+        env = {
+            "TOLLGATE_ALLOCATOR_IDENTITY": f"test-{run}-{index}-{incarnations[index]}",
+            "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{ports[index]}",
+            "TOLLGATE_ALLOCATOR_LEASE_SECONDS": str(LEASE_SECONDS),
+            "TOLLGATE_ALLOCATOR_RECONCILE": "true" if index == 0 else "false",
+            "TOLLGATE_ALLOCATOR_LOG_LEVEL": "INFO",
+        }
+        return run_service("allocator", env=env)
+
+    allocators = [start(index) for index in range(3)]
+    secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", "epic")
+    token = base64.b64decode(secret.data["token"]).decode()
+    clients = [AllocatorClient(f"127.0.0.1:{port}", token) for port in ports]
+
+    endpoints = [
+        (account, f"lb-{lb}", f"10.{a}.{lb}.{e + 1}")
+        for a, account in enumerate(accounts)
+        for lb in range(LBS_PER_ACCOUNT)
+        for e in range(ENDPOINTS_PER_LB)
+    ]
+    returned: dict[str, int] = {}
+    retried: Counter[str] = Counter()
+    halfway = asyncio.Event()
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def register(index: int, account: str, lb: str, address: str) -> None:
+        async with gate:
+            for attempt in range(60):
+                api = clients[(index + attempt) % len(clients)]
+                try:
+                    response = await api.register(account, lb, address, 8080, timeout=20)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() not in RETRYABLE:
+                        raise
+                    retried[error.code().name] += 1
+                    await asyncio.sleep(0.2)
+                    continue
+                returned[address] = response.tunnel.tunnel_id
+                if len(returned) >= len(endpoints) // 3:
+                    halfway.set()
+                return
+            raise AssertionError(f"{address}: no allocator registered it after 60 attempts")
+
+    async def crash_and_restart() -> None:
+        await halfway.wait()
+        allocators[0].kill()  # the reconciling allocator, mid-run, in the middle of its block
+        allocators[0] = start(0)
+
+    try:
+        await asyncio.gather(crash_and_restart(), *(register(i, *endpoint) for i, endpoint in enumerate(endpoints)))
+    finally:
+        for api in clients:
+            await api.close()
+    assert len(returned) == len(endpoints)
+    assert Counter(returned.values()).most_common(1)[0][1] == 1, "a tunnel ID was handed to two endpoints"
+
+    reps = custom.list_cluster_custom_object(GROUP, VERSION, "remoteendpoints")["items"]
+    held = [rep["status"]["tunnel-id"] for rep in reps if (rep.get("status") or {}).get("tunnel-id")]
+    assert [tid for tid, n in Counter(held).items() if n > 1] == [], "RemoteEndpoints hold a tunnel ID twice"
+    ours = {rep["spec"]["address"]: rep["status"]["tunnel-id"] for rep in reps if rep["spec"]["address"] in returned}
+    assert ours == returned, "each endpoint's record holds the tunnel its registration returned"
+
+    async def statuses_complete() -> dict[str, int] | None:
+        recorded: dict[str, int] = {}
+        for account in accounts:
+            for lb in custom.list_namespaced_custom_object(GROUP, VERSION, f"epic-{account}", "loadbalancers")["items"]:
+                for address, entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items():
+                    recorded[address] = entry["tunnel-id"]
+        return recorded if recorded == returned else None
+
+    await eventually(statuses_complete, "every load balancer's status to list its endpoints' tunnels", timeout=60)
+    every_entry = [
+        entry["tunnel-id"]
+        for lb in custom.list_cluster_custom_object(GROUP, VERSION, "loadbalancers")["items"]
+        for entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).values()
+    ]
+    assert [tid for tid, n in Counter(every_entry).items() if n > 1] == [], "load balancers hold a tunnel ID twice"
+
+    epic = custom.get_namespaced_custom_object(GROUP, VERSION, "epic", "epics", "epic")
+    assert epic["status"]["current-tunnel-id"] >= max(held)
+    killed = f"test-{run}-0-1"
+
+    async def dead_blocks_reclaimed() -> bool:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, "epic", "epics", "epic")["status"]
+        return all(block["owner"] != killed for block in status.get("tunnel-id-blocks", []))
+
+    await eventually(dead_blocks_reclaimed, "the killed allocator's block to be reclaimed", timeout=4 * LEASE_SECONDS)
+    assert sum(metric(a, "tollgate_allocator_tunnel_ids_allocated_total") for a in allocators[1:]) > 0
+    print(f"\n{len(returned)} endpoints registered; retried after the crash: {dict(retried)}")
