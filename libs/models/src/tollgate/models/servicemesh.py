@@ -101,6 +101,21 @@ class VirtualServiceSpec(WireModel):
     listeners: list[Listener] = Field(default_factory=list)
 
 
+MAX_ENVOYS_IN_STATUS = 100
+
+
+class EnvoySync(WireModel):
+    """Where one Envoy stands with this VirtualService."""
+
+    node: str = Field(description="The Envoy's node id, <pod>.<namespace>.")
+    state: Literal["Programmed", "Pending", "Rejected"] = Field(
+        description="Programmed: it ACKed the latest version; Rejected: it NACKed it and keeps its previous one."
+    )
+    generation: int | None = Field(
+        default=None, ge=0, description="The latest generation of this VirtualService the Envoy was seen to run."
+    )
+
+
 class VirtualServiceStatus(Status):
     proxies: int | None = Field(default=None, ge=0, description="Envoys that this configuration applies to.")
     programmed_proxies: int | None = Field(
@@ -108,6 +123,11 @@ class VirtualServiceStatus(Status):
         alias="programmed_proxies",
         ge=0,
         description="Envoys that have accepted its latest version.",
+    )
+    envoys: list[EnvoySync] = Field(
+        default_factory=list,
+        max_length=MAX_ENVOYS_IN_STATUS,
+        description=f"Sync state of each Envoy it applies to (the first {MAX_ENVOYS_IN_STATUS} by node id).",
     )
 
 

@@ -2,22 +2,115 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 
+import grpc
+import kopf
+import uvicorn
+from envoy.service.discovery.v3 import ads_pb2_grpc
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.runtime.kube import api_client
+from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
+from tollgate.xds import handlers
+from tollgate.xds.api.debug import create_app
+from tollgate.xds.grpc.ads import AggregatedDiscoveryService
+from tollgate.xds.k8s import Kube
+from tollgate.xds.reporter import StatusReporter
+from tollgate.xds.resources import DNS
+from tollgate.xds.server import XdsServer
+
+log = logging.getLogger("tollgate.xds")
 
 
 class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_XDS_", extra="ignore")
 
     service_name: str = "tollgate-xds"
+    grpc_host: str = Field(default="0.0.0.0", description="Address of the ADS gRPC server.")
+    grpc_port: int = Field(default=18000, ge=1, le=65535, description="Port of the ADS gRPC server.")
+    api_host: str = Field(default="0.0.0.0", description="Address of the debug HTTP API.")
+    api_port: int = Field(default=8081, ge=1, le=65535, description="Port of the debug HTTP API.")
+    dns_resolvers: str = Field(
+        default="",
+        description="DNS servers for strictdns clusters, host[:port] separated by commas; empty: the system's.",
+    )
+    debounce_ms: int = Field(default=50, ge=0, description="Wait this long after a change for more before pushing.")
+    status_interval_ms: int = Field(default=500, ge=10, description="At most one status pass per interval.")
+
+
+class _APIServer(uvicorn.Server):
+    """uvicorn inside the service: signals stay with tollgate.runtime."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
-    raise NotImplementedError("tollgate.xds is not implemented yet (issue #5)")
+    telemetry = context.telemetry
+    server = XdsServer(
+        DNS.parse(settings.dns_resolvers),
+        debounce=settings.debounce_ms / 1000,
+        meter=telemetry.meter("tollgate.xds"),
+        tracer=telemetry.tracer("tollgate.xds"),
+    )
+    api = api_client(settings.kubeconfig)
+    kube = Kube(api)
+    # Everything is listed before the first Envoy is served: one served before would lose its listeners.
+    await handlers.load(server, api, settings.namespace)
+
+    grpc_server = grpc.aio.server()
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(AggregatedDiscoveryService(server), grpc_server)
+    grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    await grpc_server.start()
+    log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})
+
+    api_server = _APIServer(
+        uvicorn.Config(
+            create_app(server), host=settings.api_host, port=settings.api_port, log_config=None, access_log=False
+        )
+    )
+    context.health.add_readiness_check("api", lambda: api_server.started or "debug API not started")
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, server)
+    tasks = [
+        asyncio.create_task(server.run(context.stop), name="recompute"),
+        asyncio.create_task(StatusReporter(server, kube, settings.status_interval_ms / 1000).run(context.stop)),
+        asyncio.create_task(api_server.serve(), name="debug api"),
+        asyncio.create_task(run_operator(settings, context, registry), name="operator"),
+    ]
+    try:
+        done, _ = await asyncio.wait(
+            [*tasks, asyncio.create_task(context.stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done:
+            if task in tasks and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        context.stop.set()
+        api_server.should_exit = True
+        await _stop_grpc(grpc_server)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _stop_grpc(grpc_server: grpc.aio.Server) -> None:
+    """Stop serving; Envoys keep their config and reconnect to the next instance."""
+    try:
+        await grpc_server.stop(grace=1)
+    except asyncio.CancelledError:
+        # grpcio re-raises the cancellation of its own serving loop at shutdown; only ours must propagate.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 if __name__ == "__main__":

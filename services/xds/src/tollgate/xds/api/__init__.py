@@ -1,0 +1,1 @@
+"""The debug HTTP API of tollgate-xds."""

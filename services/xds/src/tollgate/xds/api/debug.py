@@ -1,0 +1,93 @@
+"""The debug HTTP API (FastAPI): per-Envoy sync status (sent vs ACKed, per type) and config dumps."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+
+from tollgate.xds import resources
+from tollgate.xds.server import Connection, XdsServer
+from tollgate.xds.streams import TypeState
+
+
+def _type_status(conn: Connection, state: TypeState) -> dict[str, Any]:
+    desired = conn.stream.desired[state.type_url]
+    nack = state.nack
+    return {
+        "subscribed": state.seen,
+        "wildcard": state.wildcard,
+        "names": sorted(state.names),
+        "desired_version": str(conn.stream.generation[state.type_url]),
+        "desired_resources": len(desired),
+        "sent_version": state.sent_version,
+        "sent_nonce": state.last_nonce,
+        "acked_version": state.acked_version,
+        "acked_nonce": state.acked_nonce,
+        "acked_resources": len(state.acked),
+        "pending": state.pending is not None,
+        "pushes": state.pushes,
+        "nack": None if nack is None else {"version": nack.version, "nonce": nack.nonce, "message": nack.message},
+    }
+
+
+def sync_status(conn: Connection) -> dict[str, Any]:
+    identity = conn.identity
+    return {
+        "node": identity.node_id,
+        "pod": identity.pod,
+        "namespace": identity.namespace,
+        "labels": dict(conn.proxy.labels if conn.proxy else identity.labels),
+        "listener_address": identity.listener_address,
+        "api": conn.api,
+        "connection": conn.id,
+        "connected_at": conn.connected_at,
+        "in_sync": conn.stream.in_sync(),
+        "sources": [str(ref) for ref in conn.config.sources],
+        "conflicts": [c.message_for(c.loser) for c in conn.config.conflicts],
+        "types": {
+            resources.SHORT_NAMES[type_url]: _type_status(conn, state) for type_url, state in conn.stream.types.items()
+        },
+    }
+
+
+def create_app(server: XdsServer) -> FastAPI:
+    app = FastAPI(title="tollgate-xds debug", description="What each Envoy was sent and has ACKed.")
+
+    def connections(node: str) -> list[Connection]:
+        found = [c for c in server.connections.values() if c.identity.node_id == node]
+        if not found:
+            raise HTTPException(404, f"no Envoy with node id {node!r} is connected")
+        return found
+
+    @app.get("/debug/envoys")
+    def envoys() -> list[dict[str, Any]]:
+        """Sync status of every connected Envoy."""
+        return [sync_status(c) for c in sorted(server.connections.values(), key=lambda c: c.identity.node_id)]
+
+    @app.get("/debug/envoys/{node}")
+    def envoy(node: str) -> list[dict[str, Any]]:
+        """Sync status of one Envoy (one entry per open stream)."""
+        return [sync_status(c) for c in connections(node)]
+
+    @app.get("/debug/envoys/{node}/config_dump")
+    def config_dump(node: str) -> dict[str, Any]:
+        """What this Envoy should have: its resources by type, as Envoy's own config dump shows them."""
+        conn = connections(node)[-1]
+        return {
+            "node": node,
+            "versions": {resources.SHORT_NAMES[t]: str(v) for t, v in conn.stream.generation.items()},
+            **resources.dump(conn.stream.desired),
+        }
+
+    @app.get("/debug/convergence")
+    def convergence() -> dict[str, Any]:
+        """Convergence times (change observed to every affected Envoy ACKing) of the latest changes."""
+        samples = sorted(server.convergence)
+        if not samples:
+            return {"count": 0}
+        quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
+        return {"count": len(samples), "p50": quantiles[49], "p99": quantiles[98], "max": samples[-1]}
+
+    return app

@@ -1,0 +1,1 @@
+"""The gRPC side of tollgate-xds: the Aggregated Discovery Service."""

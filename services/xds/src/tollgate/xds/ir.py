@@ -1,0 +1,142 @@
+"""The intermediate representation between the CRs and Envoy: what one source asks of the Envoys it selects.
+
+Every value is frozen and hashable, so that the Envoy resources built from a unit can be cached by the unit
+itself. A *source* is one VirtualService or one LoadBalancer; a *unit* is one listener with its cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Literal
+
+Protocol = Literal["UDP", "TCP"]
+Discovery = Literal["STRICT_DNS", "EDS"]
+SourceKind = Literal["VirtualService", "LoadBalancer"]
+Labels = tuple[tuple[str, str], ...]
+
+
+def labels(mapping: dict[str, str] | None) -> Labels:
+    return tuple(sorted((mapping or {}).items()))
+
+
+@dataclass(frozen=True, order=True)
+class SourceRef:
+    """Which object asked for a unit; orders oldest first (creation time, then namespace and name)."""
+
+    created: str
+    namespace: str
+    name: str
+    kind: SourceKind = "VirtualService"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    interval_ms: int
+    timeout_ms: int
+    unhealthy_threshold: int
+    healthy_threshold: int
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    address: str
+    port: int
+    health_check_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    discovery: Discovery
+    endpoints: tuple[Endpoint, ...]
+    hash_key: str | None = None
+    health_check: HealthCheck | None = None
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    protocol: Protocol
+    port: int
+    cluster: Cluster
+    # Where the unit comes from in its source, for messages: "spec.listeners[0]" or "spec.public-ports[1]".
+    path: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class ProxySelector:
+    """The Envoy pods a source applies to: in `namespace` (any when None), carrying every label of `match`."""
+
+    namespace: str | None
+    match: Labels
+
+
+@dataclass(frozen=True)
+class Source:
+    ref: SourceRef
+    generation: int
+    selector: ProxySelector
+    units: tuple[Listener, ...]
+    # Spec errors found while translating, each naming the field and the rule; the unit is left out.
+    errors: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def claims(self) -> tuple[frozenset[str], frozenset[tuple[str, int]], frozenset[str]]:
+        """Listener names, (protocol, port)s and cluster names this source holds, when its units do not collide."""
+        return (
+            frozenset(u.name for u in self.units),
+            frozenset((u.protocol, u.port) for u in self.units),
+            frozenset(u.cluster.name for u in self.units),
+        )
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An Envoy as the xDS server knows it: its pod and the labels it carries."""
+
+    node_id: str
+    namespace: str
+    pod: str
+    labels: Labels
+    listener_address: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """`loser`'s unit at `path` is not served to `proxy` because `winner` already holds `what`."""
+
+    proxy: str
+    what: str
+    winner: SourceRef
+    loser: SourceRef
+    path: str
+
+    def message_for(self, ref: SourceRef) -> str:
+        if ref == self.loser:
+            return f"{self.path} is not served on Envoy {self.proxy}: {self.what} is already defined by {self.winner}"
+        return f"{self.what} is also defined by {self.loser} ({self.path}), which is not served on Envoy {self.proxy}"
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything one Envoy is served, and the conflicts met while merging sources.
+
+    `served` are the sources whose every unit is served; `partial` the units served of the other sources.
+    """
+
+    served: tuple[Source, ...] = ()
+    partial: tuple[tuple[SourceRef, Listener], ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    sources: tuple[SourceRef, ...] = ()
+
+    @property
+    def units(self) -> list[tuple[SourceRef, Listener]]:
+        return [(s.ref, u) for s in self.served for u in s.units] + list(self.partial)

@@ -1,0 +1,93 @@
+"""The API calls tollgate-xds makes besides watching: VirtualService status and Events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from kubernetes import client
+
+from tollgate.models.base import now_rfc3339
+from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
+from tollgate.runtime.kube import is_not_found
+
+log = logging.getLogger("tollgate.xds.k8s")
+COMPONENT = "tollgate-xds"
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    async def patch_virtual_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """Merge-patch the status subresource; False when the object is gone."""
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                VirtualService.resource.plural,
+                name,
+                {"status": status},
+            )
+        except client.ApiException as error:
+            if is_not_found(error):
+                return False
+            raise
+        return True
+
+    async def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about `obj` (failures are logged: an Event is never worth failing a pass)."""
+        meta = obj.get("metadata", {})
+        now = now_rfc3339()
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{meta.get('name', 'object')}.", namespace=meta.get("namespace")
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=obj.get("apiVersion"),
+                kind=obj.get("kind"),
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+        )
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_event, meta.get("namespace"), body)
+        except client.ApiException as error:
+            log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
+
+
+def list_watched(
+    api: client.ApiClient, namespace: str | None, watched: dict[str, tuple[str, str]]
+) -> dict[str, list[Any]]:
+    """Every object of the watched kinds (plural: (group, version)), as the API server stores them."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    result: dict[str, list[Any]] = {}
+    for plural, (group, version) in watched.items():
+        if not group:
+            response = (
+                core.list_namespaced_pod(namespace, _preload_content=False)
+                if namespace
+                else core.list_pod_for_all_namespaces(_preload_content=False)
+            )
+            listing = json.loads(response.data)  # type: ignore[attr-defined]
+        elif namespace:
+            listing = custom.list_namespaced_custom_object(group, version, namespace, plural)
+        else:
+            listing = custom.list_cluster_custom_object(group, version, plural)
+        result[plural] = listing.get("items", [])
+    return result

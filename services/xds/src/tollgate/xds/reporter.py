@@ -1,0 +1,131 @@
+"""Writes what the xDS server knows back to the VirtualServices: status, and Events for decisions.
+
+Runs a pass when the server's state changed (at most once per `interval`): Envoys connecting, ACKing or
+NACKing, and changes to the objects. A status is written only when it differs from the last one written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any
+
+from kubernetes import client
+
+from tollgate.models.servicemesh import VirtualServiceStatus
+from tollgate.xds import ir
+from tollgate.xds.k8s import Kube
+from tollgate.xds.server import XdsServer
+from tollgate.xds.status import EnvoyView, virtual_service_status
+
+log = logging.getLogger("tollgate.xds.reporter")
+Key = tuple[str, str]
+
+
+class StatusReporter:
+    def __init__(self, server: XdsServer, kube: Kube, interval: float = 0.5) -> None:
+        self.server = server
+        self.kube = kube
+        self.interval = interval
+        self._written: dict[Key, dict[str, Any]] = {}
+        self._previous: dict[Key, VirtualServiceStatus] = {}
+        self._told: dict[tuple[Key, str], str] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                dirty = asyncio.ensure_future(self.server.status_dirty.wait())
+                await asyncio.wait({dirty, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                dirty.cancel()
+                if stop.is_set():
+                    return
+                await asyncio.sleep(self.interval)
+                self.server.status_dirty.clear()
+                try:
+                    await self.report()
+                except client.ApiException as error:
+                    log.warning("status pass failed, retrying: %s", error)
+                    self.server.status_dirty.set()
+        finally:
+            stopping.cancel()
+
+    def _views(self) -> tuple[dict[ir.SourceRef, dict[str, EnvoyView]], dict[ir.SourceRef, list[ir.Conflict]]]:
+        views: dict[ir.SourceRef, dict[str, EnvoyView]] = defaultdict(dict)
+        conflicts: dict[ir.SourceRef, list[ir.Conflict]] = defaultdict(list)
+        for conn in sorted(self.server.connections.values(), key=lambda c: c.id):
+            nacks = {s.nack for s in conn.stream.types.values() if s.nack is not None}
+            for ref in conn.config.sources:
+                state = conn.stream.owner_state(ref)
+                if state == "Programmed":
+                    conn.programmed[ref] = self.server.generations.get(ref, 0)
+                error = next((n.message for n in nacks if ref in n.owners), "")
+                node = conn.identity.node_id
+                views[ref][node] = EnvoyView(node, state, conn.programmed.get(ref), error)
+            for conflict in conn.config.conflicts:
+                conflicts[conflict.winner].append(conflict)
+                if conflict.loser != conflict.winner:
+                    conflicts[conflict.loser].append(conflict)
+        return views, conflicts
+
+    async def _tell(self, obj: dict[str, Any], key: Key, topic: str, type_: str, reason: str, message: str) -> None:
+        """Post an Event the first time `message` is the news about `topic` on this object."""
+        if not message:
+            self._told.pop((key, topic), None)
+            return
+        if self._told.get((key, topic)) != message:
+            self._told[(key, topic)] = message
+            await self.kube.event(obj, type_, reason, message)
+
+    async def report(self) -> None:
+        views, conflicts = self._views()
+        nacks, self.server.nacks = self.server.nacks, []
+        rejections: dict[tuple[ir.SourceRef, str], list[str]] = defaultdict(list)
+        for conn, nack in nacks:
+            for owner in nack.owners:
+                rejections[(owner, nack.message)].append(conn.identity.node_id)
+        objects = self.server.world.virtual_services
+        for (owner, message), nodes in rejections.items():
+            obj = objects.get((owner.namespace, owner.name))
+            if obj is not None and owner.kind == "VirtualService":
+                generation = self.server.generations.get(owner, 0)
+                who = ", ".join(sorted(set(nodes)))
+                await self.kube.event(
+                    dict(obj), "Warning", "Rejected", f"Envoy {who} rejected generation {generation}: {message}"
+                )
+        for source in self.server.sources:
+            ref = source.ref
+            key = (ref.namespace, ref.name)
+            obj = objects.get(key)
+            if ref.kind != "VirtualService" or obj is None:
+                continue
+            previous = self._previous.get(key)
+            if previous is None and obj.get("status"):
+                previous = VirtualServiceStatus.model_validate(obj["status"])
+            status = virtual_service_status(source, views.get(ref, {}).values(), conflicts.get(ref, []), previous)
+            await self._tell(dict(obj), key, "errors", "Warning", "Invalid", "; ".join(source.errors))
+            conflicted = status.condition("Conflicted")
+            await self._tell(
+                dict(obj),
+                key,
+                "conflicts",
+                "Warning",
+                "Conflict",
+                conflicted.message if conflicted is not None and conflicted.status == "True" else "",
+            )
+            programmed = status.condition("Programmed")
+            if programmed is not None and programmed.status == "True":
+                await self._tell(dict(obj), key, "programmed", "Normal", "Programmed", programmed.message)
+            wire = status.to_wire()
+            if self._written.get(key) == wire:
+                continue
+            if await self.kube.patch_virtual_service_status(ref.namespace, ref.name, wire):
+                self._written[key] = wire
+                self._previous[key] = status
+        live = {(s.ref.namespace, s.ref.name) for s in self.server.sources}
+        for key in set(self._written) - live:
+            self._written.pop(key, None)
+            self._previous.pop(key, None)
+        for told in [told for told in self._told if told[0] not in live]:
+            del self._told[told]

@@ -1,0 +1,264 @@
+"""The intermediate representation to Envoy resources (xds-protos messages). No I/O.
+
+Each resource is built once per (unit, listener address, DNS settings) and kept with its content hash, the
+version an Envoy reports back in delta xDS.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import address_pb2, config_source_pb2, extension_pb2, health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2, udp_proxy_pb2
+from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+from google.protobuf import any_pb2, duration_pb2, json_format, wrappers_pb2
+from google.protobuf.message import Message
+
+from tollgate.xds import ir
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2
+
+LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
+CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+# The order in which changes reach an Envoy (make before break); removals of clusters come last.
+TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER)
+SHORT_NAMES = {CLUSTER: "clusters", ENDPOINT: "endpoints", LISTENER: "listeners"}
+
+UDP_PROXY_FILTER = "envoy.filters.udp_listener.udp_proxy"
+TCP_PROXY_FILTER = "envoy.filters.network.tcp_proxy"
+CONNECT_TIMEOUT_MS = 1000
+
+
+@dataclass(frozen=True)
+class DNS:
+    """Resolvers for STRICT_DNS clusters (host, port); empty means the system resolver."""
+
+    resolvers: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> DNS:
+        """`"10.0.0.10"` or `"127.0.0.53:5353, 10.0.0.10:53"`."""
+        resolvers = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            host, _, port = item.rpartition(":") if item.count(":") == 1 else (item, "", "53")
+            resolvers.append((host, int(port)))
+        return cls(tuple(resolvers))
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One Envoy resource ready to send: its name, content hash (version), packed body and owner."""
+
+    name: str
+    version: str
+    body: any_pb2.Any | None
+    owner: ir.SourceRef | None = None
+
+
+Resources = dict[str, dict[str, Resource]]
+
+
+def _duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _pack(message: Message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def _socket(address: str, port: int, protocol: ir.Protocol = "TCP") -> address_pb2.Address:
+    return address_pb2.Address(
+        socket_address=address_pb2.SocketAddress(
+            address=address,
+            port_value=port,
+            protocol=address_pb2.SocketAddress.UDP if protocol == "UDP" else address_pb2.SocketAddress.TCP,
+        )
+    )
+
+
+def listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
+    if unit.protocol == "UDP":
+        route = route_pb2.Route(cluster=unit.cluster.name)
+        proxy = udp_proxy_pb2.UdpProxyConfig(
+            stat_prefix=unit.name,
+            matcher=matcher_pb2.Matcher(
+                on_no_match=matcher_pb2.Matcher.OnMatch(
+                    action=xds_extension_pb2.TypedExtensionConfig(name="route", typed_config=_pack(route))
+                )
+            ),
+        )
+        if unit.cluster.hash_key is not None:
+            proxy.hash_policies.add(key=unit.cluster.hash_key)
+        return listener_pb2.Listener(
+            name=unit.name,
+            address=_socket(address, unit.port, "UDP"),
+            udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
+            listener_filters=[listener_components_pb2.ListenerFilter(name=UDP_PROXY_FILTER, typed_config=_pack(proxy))],
+        )
+    tcp = tcp_proxy_pb2.TcpProxy(stat_prefix=unit.name, cluster=unit.cluster.name)
+    return listener_pb2.Listener(
+        name=unit.name,
+        address=_socket(address, unit.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[listener_components_pb2.Filter(name=TCP_PROXY_FILTER, typed_config=_pack(tcp))]
+            )
+        ],
+    )
+
+
+def load_assignment(cluster: ir.Cluster) -> endpoint_pb2.ClusterLoadAssignment:
+    lb_endpoints = []
+    for endpoint in cluster.endpoints:
+        config = endpoint_components_pb2.Endpoint(address=_socket(endpoint.address, endpoint.port))
+        if endpoint.health_check_port is not None:
+            config.health_check_config.port_value = endpoint.health_check_port
+        lb_endpoints.append(endpoint_components_pb2.LbEndpoint(endpoint=config))
+    return endpoint_pb2.ClusterLoadAssignment(
+        cluster_name=cluster.name,
+        endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=lb_endpoints)] if lb_endpoints else [],
+    )
+
+
+def cluster(model: ir.Cluster, dns: DNS) -> cluster_pb2.Cluster:
+    result = cluster_pb2.Cluster(
+        name=model.name,
+        connect_timeout=_duration(CONNECT_TIMEOUT_MS),
+        lb_policy=cluster_pb2.Cluster.MAGLEV if model.hash_key is not None else cluster_pb2.Cluster.ROUND_ROBIN,
+    )
+    if model.discovery == "EDS":
+        result.type = cluster_pb2.Cluster.EDS
+        result.eds_cluster_config.eds_config.CopyFrom(
+            config_source_pb2.ConfigSource(
+                ads=config_source_pb2.AggregatedConfigSource(), resource_api_version=config_source_pb2.V3
+            )
+        )
+    else:
+        result.type = cluster_pb2.Cluster.STRICT_DNS
+        result.dns_lookup_family = cluster_pb2.Cluster.V4_ONLY
+        result.load_assignment.CopyFrom(load_assignment(model))
+        if dns.resolvers:
+            cares = cares_dns_resolver_pb2.CaresDnsResolverConfig(
+                resolvers=[_socket(host, port, "UDP") for host, port in dns.resolvers]
+            )
+            cares.dns_resolver_options.no_default_search_domain = True
+            result.typed_dns_resolver_config.CopyFrom(
+                extension_pb2.TypedExtensionConfig(name="envoy.network.dns_resolver.cares", typed_config=_pack(cares))
+            )
+    check = model.health_check
+    if check is not None:
+        # Without a panic threshold of 0, Envoy sends to every endpoint once most of them are unhealthy.
+        result.common_lb_config.healthy_panic_threshold.value = 0
+        # Else Envoy keeps sending to a removed endpoint for as long as it passes health checks.
+        result.ignore_health_on_host_removal = True
+        result.health_checks.append(
+            health_check_pb2.HealthCheck(
+                timeout=_duration(check.timeout_ms),
+                interval=_duration(check.interval_ms),
+                # Envoy's default is 60 s between checks of a cluster that carries no traffic.
+                no_traffic_interval=_duration(check.interval_ms),
+                unhealthy_threshold=wrappers_pb2.UInt32Value(value=check.unhealthy_threshold),
+                healthy_threshold=wrappers_pb2.UInt32Value(value=check.healthy_threshold),
+                tcp_health_check=health_check_pb2.HealthCheck.TcpHealthCheck(),
+            )
+        )
+    return result
+
+
+def _resource(name: str, message: Message, owner: ir.SourceRef) -> Resource:
+    packed = _pack(message)
+    version = hashlib.blake2b(packed.value, digest_size=8).hexdigest()
+    return Resource(name, version, packed, owner)
+
+
+@functools.lru_cache(maxsize=65536)
+def listener_resource(owner: ir.SourceRef, unit: ir.Listener, address: str) -> Resource:
+    return _resource(unit.name, listener(unit, address), owner)
+
+
+@functools.lru_cache(maxsize=65536)
+def cluster_resources(owner: ir.SourceRef, model: ir.Cluster, dns: DNS) -> tuple[Resource, Resource | None]:
+    """A cluster and, for EDS, its load assignment: the same on every Envoy, whatever its listener address."""
+    eds = _resource(model.name, load_assignment(model), owner) if model.discovery == "EDS" else None
+    return _resource(model.name, cluster(model, dns), owner), eds
+
+
+def unit_resources(
+    owner: ir.SourceRef, unit: ir.Listener, address: str, dns: DNS
+) -> tuple[Resource, Resource, Resource | None]:
+    """Listener, cluster and (for EDS clusters) load assignment of one unit, cached by the unit itself."""
+    return (listener_resource(owner, unit, address), *cluster_resources(owner, unit.cluster, dns))
+
+
+class ResourceCache:
+    """The resources of each source for each listener address, built again only when the source changes."""
+
+    def __init__(self, dns: DNS) -> None:
+        self.dns = dns
+        self._built: dict[tuple[ir.SourceRef, str], tuple[ir.Source, Resources]] = {}
+
+    def source(self, source: ir.Source, address: str) -> Resources:
+        cached = self._built.get((source.ref, address))
+        if cached is not None and cached[0] is source:
+            return cached[1]
+        built: Resources = {CLUSTER: {}, ENDPOINT: {}, LISTENER: {}}
+        for unit in source.units:
+            self._add(built, source.ref, unit, address)
+        self._built[(source.ref, address)] = (source, built)
+        return built
+
+    def _add(self, result: Resources, owner: ir.SourceRef, unit: ir.Listener, address: str) -> None:
+        listener_resource, cluster_resource, endpoints = unit_resources(owner, unit, address, self.dns)
+        result[LISTENER][listener_resource.name] = listener_resource
+        result[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
+        if endpoints is not None:
+            result[ENDPOINT].setdefault(endpoints.name, endpoints)
+
+    def proxy(self, config: ir.ProxyConfig, address: str) -> Resources:
+        """Every resource one Envoy is served, by type URL and name."""
+        result: Resources = {CLUSTER: {}, ENDPOINT: {}, LISTENER: {}}
+        for source in config.served:
+            for type_url, built in self.source(source, address).items():
+                result[type_url].update(built)
+        for owner, unit in config.partial:
+            self._add(result, owner, unit, address)
+        return result
+
+    def prune(self, live: Iterable[ir.SourceRef]) -> None:
+        """Forget the sources that are gone."""
+        keep = set(live)
+        for key in [key for key in self._built if key[0] not in keep]:
+            del self._built[key]
+
+
+def proxy_resources(config: ir.ProxyConfig, address: str, dns: DNS) -> Resources:
+    """Every resource one Envoy is served, by type URL and name."""
+    return ResourceCache(dns).proxy(config, address)
+
+
+def to_dict(resource: Resource) -> dict[str, Any]:
+    """A resource as Envoy's config dump shows it (proto field names, `@type` on packed messages)."""
+    assert resource.body is not None
+    result: dict[str, Any] = json.loads(json_format.MessageToJson(resource.body, preserving_proto_field_name=True))
+    return result
+
+
+def dump(resources: Mapping[str, Mapping[str, Resource]]) -> dict[str, list[dict[str, Any]]]:
+    """Resources by short type name, each list sorted by resource name: the shape of the golden files."""
+    return {
+        SHORT_NAMES[type_url]: [to_dict(resources[type_url][name]) for name in sorted(resources[type_url])]
+        for type_url in TYPE_ORDER
+        if type_url in resources
+    }

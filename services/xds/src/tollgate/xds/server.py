@@ -1,0 +1,294 @@
+"""The xDS server's state: connected Envoys, what each should have, debouncing, convergence and metrics.
+
+The gRPC layer (grpc/ads.py) calls `connect`, `on_sotw_request`/`on_delta_request`, `pushed` and
+`disconnect`; the kopf handlers change `world` and call `changed`; `run` recomputes what every Envoy should
+have once changes stop arriving for `debounce` seconds, and wakes the streams whose content changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from google.protobuf import json_format
+from opentelemetry import metrics, trace
+
+from tollgate.models.envoy import LISTENER_ADDRESS_KEY, POD_LABELS_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY
+from tollgate.xds import ir, resources, translate
+from tollgate.xds.resources import DNS, SHORT_NAMES
+from tollgate.xds.streams import Nack, Push, Stream
+from tollgate.xds.world import World
+
+log = logging.getLogger("tollgate.xds.server")
+CONVERGENCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass
+class Identity:
+    """Who an Envoy is, from its node: `<pod>.<namespace>` and the tollgate.models.envoy metadata keys."""
+
+    node_id: str
+    namespace: str
+    pod: str
+    labels: ir.Labels
+    listener_address: str
+
+    @classmethod
+    def from_node(cls, node: base_pb2.Node) -> Identity:
+        metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
+        pod, _, namespace = node.id.rpartition(".")
+        raw_labels = metadata.get(POD_LABELS_KEY)
+        return cls(
+            node_id=node.id,
+            namespace=str(metadata.get(POD_NAMESPACE_KEY) or namespace or "default"),
+            pod=str(metadata.get(POD_NAME_KEY) or pod or node.id),
+            labels=ir.labels({str(k): str(v) for k, v in raw_labels.items()} if isinstance(raw_labels, dict) else {}),
+            listener_address=str(metadata.get(LISTENER_ADDRESS_KEY) or "0.0.0.0"),
+        )
+
+
+@dataclass
+class Connection:
+    id: int
+    identity: Identity
+    stream: Stream
+    connected_at: float = field(default_factory=time.time)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+    proxy: ir.Proxy | None = None
+    config: ir.ProxyConfig = field(default_factory=ir.ProxyConfig)
+    spans: dict[str, trace.Span] = field(default_factory=dict)
+    # The latest generation of each source this Envoy was seen to run (filled by the status reporter).
+    programmed: dict[ir.SourceRef, int] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return "delta" if self.stream.delta else "sotw"
+
+
+@dataclass
+class _Outstanding:
+    observed: list[float]
+    remaining: set[int]
+
+
+class XdsServer:
+    def __init__(
+        self,
+        dns: DNS | None = None,
+        debounce: float = 0.05,
+        meter: metrics.Meter | None = None,
+        tracer: trace.Tracer | None = None,
+        stream_class: type[Stream] = Stream,
+    ) -> None:
+        self.world = World()
+        self.dns = dns or DNS()
+        self.cache = resources.ResourceCache(self.dns)
+        self.debounce = debounce
+        self.stream_class = stream_class
+        self.connections: dict[int, Connection] = {}
+        self.generations: dict[ir.SourceRef, int] = {}
+        self.sources: list[ir.Source] = []
+        self.convergence: deque[float] = deque(maxlen=10000)
+        self.nacks: list[tuple[Connection, Nack]] = []
+        self.status_dirty = asyncio.Event()
+        self.on_converged: list[Callable[[float], None]] = []
+        self._ids = count(1)
+        self._changes: list[float] = []
+        self._dirty = asyncio.Event()
+        self._outstanding: list[_Outstanding] = []
+        self.recomputes = 0
+        meter = meter or metrics.get_meter("tollgate.xds")
+        self.tracer = tracer or trace.get_tracer("tollgate.xds")
+        self._connected = meter.create_up_down_counter("xds_connected_envoys", description="Envoys connected over ADS")
+        self._pushes = meter.create_counter("xds_pushes", description="xDS responses sent")
+        self._push_resources = meter.create_counter("xds_pushed_resources", description="Resources sent")
+        self._nacks = meter.create_counter("xds_nacks", description="xDS responses an Envoy rejected")
+        self._convergence = meter.create_histogram(
+            "xds_convergence_seconds",
+            unit="s",
+            description="From a change observed to every affected Envoy having ACKed (or rejected) it",
+            explicit_bucket_boundaries_advisory=list(CONVERGENCE_BUCKETS),
+        )
+
+    # --- changes --------------------------------------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Something in `world` changed: recompute after the debounce delay."""
+        self._changes.append(time.monotonic())
+        self._dirty.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                dirty = asyncio.ensure_future(self._dirty.wait())
+                await asyncio.wait({dirty, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                dirty.cancel()
+                if stop.is_set():
+                    return
+                await asyncio.sleep(self.debounce)
+                self._dirty.clear()
+                self.recompute()
+        finally:
+            stopping.cancel()
+
+    def recompute(self) -> set[int]:
+        """Recompute every Envoy's resources; wake and return the connections whose content changed."""
+        observed, self._changes = self._changes, []
+        with self.tracer.start_as_current_span("xds.recompute") as span:
+            self.sources = self.world.sources()
+            self.generations = {s.ref: s.generation for s in self.sources}
+            self.cache.prune(self.generations)
+            configs: dict[tuple[str, ir.Labels], ir.ProxyConfig] = {}
+            affected = {conn.id for conn in self.connections.values() if self._refresh(conn, configs)}
+            span.set_attribute("xds.envoys.affected", len(affected))
+        self.recomputes += 1
+        if affected and observed:
+            self._outstanding.append(_Outstanding(observed, affected))
+        self.status_dirty.set()
+        for conn_id in affected:
+            self.connections[conn_id].wake.set()
+        self._settle()
+        return affected
+
+    def _refresh(self, conn: Connection, configs: dict[tuple[str, ir.Labels], ir.ProxyConfig] | None = None) -> bool:
+        """Recompute one Envoy's resources; `configs` shares the work between Envoys with the same pod labels."""
+        identity = conn.identity
+        labels = self.world.pod_labels(identity.namespace, identity.pod)
+        proxy = conn.proxy = ir.Proxy(
+            node_id=identity.node_id,
+            namespace=identity.namespace,
+            pod=identity.pod,
+            labels=identity.labels if labels is None else labels,
+            listener_address=identity.listener_address,
+        )
+        configs = {} if configs is None else configs
+        shared = configs.get((proxy.namespace, proxy.labels))
+        if shared is None:
+            shared = configs[(proxy.namespace, proxy.labels)] = translate.proxy_config(proxy, self.sources)
+        config = shared
+        if shared.conflicts and shared.conflicts[0].proxy != proxy.node_id:
+            config = dataclasses.replace(
+                shared, conflicts=tuple(dataclasses.replace(c, proxy=proxy.node_id) for c in shared.conflicts)
+            )
+        if config == conn.config:
+            return False
+        conn.config = config
+        return conn.stream.set_desired(self.cache.proxy(config, identity.listener_address))
+
+    # --- streams --------------------------------------------------------------------------------------------
+
+    def connect(self, node: base_pb2.Node, delta: bool) -> Connection:
+        conn = Connection(next(self._ids), Identity.from_node(node), self.stream_class(delta))
+        self.connections[conn.id] = conn
+        self._refresh(conn)
+        self._connected.add(1, {"api": conn.api})
+        self.status_dirty.set()
+        log.info("Envoy connected", extra={"node": conn.identity.node_id, "api": conn.api, "connection": conn.id})
+        return conn
+
+    def disconnect(self, conn: Connection) -> None:
+        conn.closed = True
+        if self.connections.pop(conn.id, None) is None:
+            return
+        for span in conn.spans.values():
+            span.set_status(trace.StatusCode.ERROR, "stream closed before the Envoy answered")
+            span.end()
+        self._connected.add(-1, {"api": conn.api})
+        self.status_dirty.set()
+        self._settle()
+        log.info("Envoy disconnected", extra={"node": conn.identity.node_id, "connection": conn.id})
+
+    def pushed(self, conn: Connection, push: Push) -> None:
+        kind = SHORT_NAMES[push.type_url]
+        attributes = {"type": kind, "api": conn.api}
+        self._pushes.add(1, attributes)
+        self._push_resources.add(len(push.resources), attributes)
+        conn.spans[push.type_url] = self.tracer.start_span(
+            "xds.push",
+            attributes={
+                "xds.node": conn.identity.node_id,
+                "xds.type": kind,
+                "xds.version": push.version,
+                "xds.nonce": push.nonce,
+                "xds.resources": len(push.resources),
+                "xds.removed": len(push.removed),
+            },
+        )
+
+    def on_sotw_request(self, conn: Connection, type_url: str, nonce: str, names: list[str], error: str | None) -> None:
+        self._answered(conn, type_url, conn.stream.on_sotw_request(type_url, nonce, names, error))
+
+    def on_delta_request(
+        self,
+        conn: Connection,
+        type_url: str,
+        nonce: str,
+        subscribe: list[str],
+        unsubscribe: list[str],
+        initial: dict[str, str],
+        error: str | None,
+    ) -> None:
+        result = conn.stream.on_delta_request(type_url, nonce, subscribe, unsubscribe, initial, error)
+        self._answered(conn, type_url, result)
+
+    def _answered(self, conn: Connection, type_url: str, result: Nack | bool | None) -> None:
+        if result is not None:
+            span = conn.spans.pop(type_url, None)
+            if isinstance(result, Nack):
+                self._nacks.add(1, {"type": SHORT_NAMES[type_url], "api": conn.api})
+                self.nacks.append((conn, result))
+                log.warning(
+                    "Envoy rejected %s version %s: %s",
+                    SHORT_NAMES[type_url],
+                    result.version,
+                    result.message,
+                    extra={"node": conn.identity.node_id},
+                )
+                if span is not None:
+                    span.set_status(trace.StatusCode.ERROR, result.message)
+            if span is not None:
+                span.end()
+            self.status_dirty.set()
+            self._settle(conn)
+        conn.wake.set()
+
+    def _settle(self, answered: Connection | None = None) -> None:
+        """Record the convergence of every change whose affected Envoys have all ACKed or rejected it.
+
+        After one Envoy's answer only that Envoy is checked; otherwise every Envoy still waited for.
+        """
+        if not self._outstanding:
+            return
+        if answered is not None and not answered.stream.settled():
+            return
+        now = time.monotonic()
+        still: list[_Outstanding] = []
+        for outstanding in self._outstanding:
+            if answered is not None:
+                outstanding.remaining.discard(answered.id)
+            else:
+                outstanding.remaining = {
+                    c
+                    for c in outstanding.remaining
+                    if c in self.connections and not self.connections[c].stream.settled()
+                }
+            if outstanding.remaining:
+                still.append(outstanding)
+                continue
+            for observed in outstanding.observed:
+                seconds = now - observed
+                self.convergence.append(seconds)
+                self._convergence.record(seconds)
+                for callback in self.on_converged:
+                    callback(seconds)
+        self._outstanding = still

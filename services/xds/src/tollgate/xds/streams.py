@@ -1,0 +1,320 @@
+"""The xDS protocol of one ADS stream, state-of-the-world or delta, as a state machine with no I/O.
+
+The gRPC layer feeds it requests (`on_sotw_request` / `on_delta_request`) and sends what `next_push` returns.
+What makes it more than a cache:
+
+- One response in flight per stream: the next waits for the Envoy's ACK or NACK, which gives the
+  make-before-break order Envoy asks for: clusters (keeping the ones the Envoy's listeners still use),
+  then endpoints, then listeners, and only once the listeners are ACKed, the removal of unused clusters.
+- A NACK reverts to what the Envoy last ACKed and parks the type: the rejected content is not sent again
+  until the desired content changes (the next change retries), or the Envoy asks again.
+- Delta streams start from the versions the Envoy reports having (`initial_resource_versions`), so an
+  Envoy that reconnects after a restart of this server is sent only what differs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tollgate.xds import ir
+from tollgate.xds.resources import CLUSTER, ENDPOINT, LISTENER, TYPE_ORDER, Resource, Resources
+
+OwnerState = Literal["Programmed", "Pending", "Rejected"]
+
+
+@dataclass(frozen=True)
+class Push:
+    """One response: for SotW every resource of the type, for delta only what changed and what was removed."""
+
+    type_url: str
+    version: str
+    nonce: str
+    resources: tuple[Resource, ...]
+    removed: tuple[str, ...]
+    changed: tuple[Resource, ...]
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class Nack:
+    type_url: str
+    version: str
+    nonce: str
+    message: str
+    owners: frozenset[ir.SourceRef]
+    at: float
+
+
+@dataclass
+class TypeState:
+    type_url: str
+    seen: bool = False
+    wildcard: bool = True
+    names: set[str] = field(default_factory=set)
+    names_revision: int = 0
+    # What the Envoy holds once everything sent is ACKed, and what it has ACKed.
+    sent: dict[str, Resource] = field(default_factory=dict)
+    acked: dict[str, Resource] = field(default_factory=dict)
+    pending: Push | None = None
+    last_nonce: str = ""
+    sent_version: str = ""
+    acked_version: str = ""
+    acked_nonce: str = ""
+    pushes: int = 0
+    respond: bool = False
+    force: set[str] = field(default_factory=set)
+    nack: Nack | None = None
+    nacked_generation: int | None = None
+
+    def subscribed(self, name: str) -> bool:
+        return self.wildcard or name in self.names
+
+
+def _same(a: Mapping[str, Resource], b: Mapping[str, Resource]) -> bool:
+    """Same names at the same versions; mostly the very same objects, which the C-level comparison sees first."""
+    return a == b or (a.keys() == b.keys() and all(a[name].version == b[name].version for name in a))
+
+
+class Stream:
+    def __init__(self, delta: bool) -> None:
+        self.delta = delta
+        self.types: dict[str, TypeState] = {
+            type_url: TypeState(type_url, wildcard=type_url != ENDPOINT) for type_url in TYPE_ORDER
+        }
+        self.desired: Resources = {type_url: {} for type_url in TYPE_ORDER}
+        self.generation: dict[str, int] = dict.fromkeys(TYPE_ORDER, 0)
+        self._nonces = 0
+        self._owned: dict[ir.SourceRef, list[tuple[str, Resource]]] | None = None
+        self._endpoints_key: tuple[int, int, bool] | None = None
+        self._endpoints_target: dict[str, Resource] = {}
+
+    # --- what the Envoy should have -------------------------------------------------------------------------
+
+    def set_desired(self, resources: Resources) -> bool:
+        """Replace the desired resources; True when any type's content changed."""
+        changed = False
+        for type_url in TYPE_ORDER:
+            new, old = resources.get(type_url, {}), self.desired[type_url]
+            if new is old:
+                continue
+            self.desired[type_url] = new
+            self._owned = None
+            if not _same(new, old):
+                self.generation[type_url] += 1
+                changed = True
+        return changed
+
+    def owners(self) -> set[ir.SourceRef]:
+        return {r.owner for resources in self.desired.values() for r in resources.values() if r.owner is not None}
+
+    def owner_state(self, owner: ir.SourceRef) -> OwnerState:
+        """`Programmed`: the Envoy ACKed every resource of `owner`; `Rejected`: it NACKed one; else `Pending`."""
+        for state in self.types.values():
+            if state.nack is not None and owner in state.nack.owners:
+                return "Rejected"
+        if self._owned is None:
+            self._owned = {}
+            for type_url, resources in self.desired.items():
+                for resource in resources.values():
+                    if resource.owner is not None:
+                        self._owned.setdefault(resource.owner, []).append((type_url, resource))
+        for type_url, resource in self._owned.get(owner, []):
+            state = self.types[type_url]
+            if type_url == ENDPOINT and not state.subscribed(resource.name):
+                continue
+            acked = state.acked.get(resource.name)
+            if acked is None or acked.version != resource.version:
+                return "Pending"
+        return "Programmed"
+
+    def in_sync(self) -> bool:
+        """Every type the Envoy asked for is ACKed at the desired content."""
+        for type_url, state in self.types.items():
+            if not state.seen:
+                continue
+            if state.pending is not None:
+                return False
+            desired = self.desired[type_url]
+            if type_url == ENDPOINT:
+                desired = {n: r for n, r in desired.items() if state.subscribed(n)}
+                if any(state.acked.get(n) is None or state.acked[n].version != r.version for n, r in desired.items()):
+                    return False
+            elif not _same(desired, state.acked):
+                return False
+        return True
+
+    def settled(self) -> bool:
+        """In sync, or parked on a NACK of the current content: nothing more will happen until a change."""
+        if self.in_sync():
+            return True
+        return any(
+            s.nack is not None and s.nacked_generation == self.generation[t] and s.pending is None
+            for t, s in self.types.items()
+        ) and not any(s.pending is not None for s in self.types.values())
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def on_sotw_request(self, type_url: str, nonce: str, names: Iterable[str], error: str | None) -> Nack | bool | None:
+        """A DiscoveryRequest: the NACK it carries, True for an ACK, None otherwise."""
+        state = self.types.get(type_url)
+        if state is None:
+            return None
+        if nonce and nonce != state.last_nonce:
+            return None  # answers an older response: the protocol says to ignore it
+        first, state.seen = not state.seen, True
+        result: Nack | bool | None = None
+        if state.pending is not None and nonce == state.pending.nonce:
+            result = self._nack(state, error) if error else self._ack(state)
+        if type_url == ENDPOINT:
+            wanted = set(names)
+            if wanted != state.names:
+                state.names = wanted
+                state.names_revision += 1
+                state.respond = True
+        if first:
+            state.respond = True
+        return result
+
+    def on_delta_request(
+        self,
+        type_url: str,
+        nonce: str,
+        subscribe: Iterable[str],
+        unsubscribe: Iterable[str],
+        initial_versions: Mapping[str, str],
+        error: str | None,
+    ) -> Nack | bool | None:
+        state = self.types.get(type_url)
+        if state is None:
+            return None
+        subscribe, unsubscribe = list(subscribe), list(unsubscribe)
+        if not state.seen:
+            state.seen = True
+            state.wildcard = (type_url != ENDPOINT and not subscribe) or "*" in subscribe
+            state.sent = {name: Resource(name, version, None) for name, version in initial_versions.items()}
+            state.acked = dict(state.sent)
+            state.respond = True
+        elif subscribe:
+            state.force.update(name for name in subscribe if name != "*")
+        if "*" in subscribe:
+            state.wildcard = True
+        if "*" in unsubscribe:
+            state.wildcard = False
+        if subscribe or unsubscribe:
+            state.names_revision += 1
+        state.names.update(name for name in subscribe if name != "*")
+        for name in unsubscribe:
+            state.names.discard(name)
+            if not state.subscribed(name):
+                state.sent.pop(name, None)
+                state.acked.pop(name, None)
+        if subscribe and not state.respond:
+            state.respond = any(name not in state.sent for name in subscribe if name != "*")
+        if state.pending is not None and nonce and nonce == state.pending.nonce:
+            return self._nack(state, error) if error else self._ack(state)
+        return None
+
+    def _ack(self, state: TypeState) -> bool:
+        assert state.pending is not None
+        state.acked = dict(state.sent)
+        state.acked_version, state.acked_nonce = state.pending.version, state.pending.nonce
+        state.nack = None
+        state.nacked_generation = None
+        state.pending = None
+        return True
+
+    def _nack(self, state: TypeState, error: str) -> Nack:
+        push = state.pending
+        assert push is not None
+        blamed = [r for r in push.changed if r.name in error] or list(push.changed)
+        nack = Nack(
+            type_url=state.type_url,
+            version=push.version,
+            nonce=push.nonce,
+            message=error,
+            owners=frozenset(r.owner for r in blamed if r.owner is not None),
+            at=time.monotonic(),
+        )
+        state.nack = nack
+        state.nacked_generation = self.generation[state.type_url]
+        state.sent = dict(state.acked)
+        state.pending = None
+        return nack
+
+    # --- responses ------------------------------------------------------------------------------------------
+
+    def _may_send(self, state: TypeState) -> bool:
+        parked = state.nacked_generation == self.generation[state.type_url] and not state.respond
+        return state.seen and not parked
+
+    def next_push(self) -> Push | None:
+        """The next response to send, or None while one is in flight or the Envoy has everything."""
+        if any(state.pending is not None for state in self.types.values()):
+            return None
+        clusters, endpoints, listeners = (self.types[t] for t in (CLUSTER, ENDPOINT, LISTENER))
+        if self._may_send(clusters):
+            desired = self.desired[CLUSTER]
+            keep = {name: clusters.sent[name] for name in clusters.sent.keys() - desired.keys()}
+            target = {**keep, **desired} if keep else desired
+            if (push := self._push(clusters, target, partial=bool(keep))) is not None:
+                return push
+        if self._may_send(endpoints) and (push := self._push(endpoints, self._endpoints_wanted())) is not None:
+            return push
+        if self._may_send(listeners) and (push := self._push(listeners, self.desired[LISTENER])) is not None:
+            return push
+        listeners_done = not listeners.seen or _same(listeners.acked, self.desired[LISTENER])
+        if clusters.seen and listeners_done and clusters.nacked_generation != self.generation[CLUSTER]:
+            return self._push(clusters, self.desired[CLUSTER])
+        return None
+
+    def _endpoints_wanted(self) -> dict[str, Resource]:
+        """The load assignments the Envoy asks for: desired ones, else the last sent (its cluster is going away)."""
+        state, desired = self.types[ENDPOINT], self.desired[ENDPOINT]
+        key = (self.generation[ENDPOINT], state.names_revision, state.wildcard)
+        if key != self._endpoints_key:
+            wanted = desired.keys() if state.wildcard else state.names
+            self._endpoints_target = {name: desired[name] for name in wanted if name in desired}
+            self._endpoints_key = key
+        missing = state.names - desired.keys()
+        if not missing:
+            return self._endpoints_target
+        kept = {name: state.sent[name] for name in missing if name in state.sent}
+        return {**self._endpoints_target, **kept}
+
+    def _push(self, state: TypeState, target: dict[str, Resource], partial: bool = False) -> Push | None:
+        if not state.respond and not state.force and state.sent == target:
+            return None  # the usual case, decided at C speed: the very same resource objects
+        changed = tuple(
+            r
+            for name, r in target.items()
+            if (old := state.sent.get(name)) is None or old.version != r.version or name in state.force
+        )
+        removed = tuple(name for name in state.sent if name not in target)
+        if not changed and not removed and not state.respond:
+            return None
+        self._nonces += 1
+        generation = self.generation[state.type_url]
+        push = Push(
+            type_url=state.type_url,
+            version=f"{generation}-partial" if partial else str(generation),
+            nonce=str(self._nonces),
+            resources=changed if self.delta else tuple(target.values()),
+            removed=removed if self.delta else (),
+            changed=changed,
+            sent_at=time.monotonic(),
+        )
+        if state.type_url == CLUSTER:
+            # An Envoy re-creates a cluster it is sent: its endpoints must follow, even if unchanged.
+            eds = self.desired[ENDPOINT]
+            self.types[ENDPOINT].force.update(r.name for r in changed if r.name in eds)
+        state.sent = dict(target)
+        state.pending = push
+        state.last_nonce = push.nonce
+        state.sent_version = push.version
+        state.pushes += 1
+        state.respond = False
+        state.force.difference_update(target)
+        return push

@@ -1,0 +1,130 @@
+"""What the xDS server knows of the cluster: the watched objects, and the IR of every source, kept current.
+
+Handlers put objects in; `sources()` translates only what changed since the last call. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from tollgate.models.epic import LoadBalancer, RemoteEndpoint
+from tollgate.models.servicemesh import VirtualService
+from tollgate.xds import ir, translate
+from tollgate.xds.translate import Pod
+
+Key = tuple[str, str]
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata", {})
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _translated_part(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    meta = obj.get("metadata", {})
+    return obj.get("spec"), meta.get("generation"), meta.get("creationTimestamp"), meta.get("uid")
+
+
+def _invalid(obj: Mapping[str, Any], kind: ir.SourceKind, error: ValidationError) -> ir.Source:
+    meta = obj.get("metadata", {})
+    ref = ir.SourceRef(str(meta.get("creationTimestamp") or ""), *key_of(obj), kind=kind)
+    errors = tuple(
+        f"{'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors(include_url=False)
+    )
+    # An invalid source applies to no Envoy: every pod has a namespace.
+    return ir.Source(ref, int(meta.get("generation") or 0), ir.ProxySelector("", ()), (), errors)
+
+
+class World:
+    def __init__(self) -> None:
+        self.virtual_services: dict[Key, Mapping[str, Any]] = {}
+        self.load_balancers: dict[Key, Mapping[str, Any]] = {}
+        self.remote_endpoints: dict[Key, RemoteEndpoint] = {}
+        self.pods: dict[Key, Pod] = {}
+        self._sources: dict[tuple[ir.SourceKind, Key], ir.Source] = {}
+        self._stale: set[tuple[ir.SourceKind, Key]] = set()
+
+    def set_virtual_service(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        """True when the change matters to Envoys (not for a change of status or annotations)."""
+        return self._set(self.virtual_services, "VirtualService", obj, deleted)
+
+    def set_load_balancer(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        return self._set(self.load_balancers, "LoadBalancer", obj, deleted)
+
+    def _set(
+        self, store: dict[Key, Mapping[str, Any]], kind: ir.SourceKind, obj: Mapping[str, Any], deleted: bool
+    ) -> bool:
+        key = key_of(obj)
+        old = store.pop(key, None)
+        if not deleted:
+            store[key] = obj
+        if old is not None and not deleted and _translated_part(old) == _translated_part(obj):
+            return False
+        self._stale.add((kind, key))
+        return True
+
+    def set_remote_endpoint(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        key = key_of(obj)
+        try:
+            endpoint = None if deleted else RemoteEndpoint.model_validate(obj)
+        except ValidationError:
+            endpoint = None
+        old = self.remote_endpoints.pop(key, None)
+        if endpoint is not None:
+            self.remote_endpoints[key] = endpoint
+        if old == endpoint:
+            return False
+        for lb in {e.spec.load_balancer for e in (old, endpoint) if e is not None}:
+            self._stale.add(("LoadBalancer", (key[0], lb)))
+        return True
+
+    def set_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        """True when what matters of the pod (labels, IP, readiness) changed."""
+        key = key_of(obj)
+        pod = None if deleted else Pod.from_object(obj)
+        old = self.pods.pop(key, None)
+        if pod is not None:
+            self.pods[key] = pod
+        if old == pod:
+            return False
+        for kind, source_key in self._sources:
+            if kind == "VirtualService" and source_key[0] == key[0]:
+                self._stale.add((kind, source_key))
+        return True
+
+    def pod_labels(self, namespace: str, name: str) -> ir.Labels | None:
+        pod = self.pods.get((namespace, name))
+        return pod.labels if pod is not None else None
+
+    def sources(self) -> list[ir.Source]:
+        """The IR of every source, translating again only those that changed."""
+        for kind, key in self._stale:
+            source = self._translate(kind, key)
+            if source is None:
+                self._sources.pop((kind, key), None)
+            else:
+                self._sources[(kind, key)] = source
+        self._stale.clear()
+        return list(self._sources.values())
+
+    def _translate(self, kind: ir.SourceKind, key: Key) -> ir.Source | None:
+        if kind == "VirtualService":
+            obj = self.virtual_services.get(key)
+            if obj is None:
+                return None
+            try:
+                vs = VirtualService.model_validate(obj)
+            except ValidationError as error:
+                return _invalid(obj, kind, error)
+            return translate.virtual_service(vs, (p for p in self.pods.values() if p.namespace == key[0]))
+        obj = self.load_balancers.get(key)
+        if obj is None:
+            return None
+        try:
+            lb = LoadBalancer.model_validate(obj)
+        except ValidationError as error:
+            return _invalid(obj, kind, error)
+        return translate.load_balancer(lb, (e for e in self.remote_endpoints.values() if e.namespace == key[0]))

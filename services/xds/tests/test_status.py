@@ -1,0 +1,54 @@
+"""VirtualService status from where each Envoy stands."""
+
+from __future__ import annotations
+
+from tollgate.xds import ir
+from tollgate.xds.status import EnvoyView, virtual_service_status
+
+REF = ir.SourceRef("2026-01-01T00:00:00Z", "ns", "vs")
+SOURCE = ir.Source(REF, 4, ir.ProxySelector("ns", ir.labels({"app": "ingress"})), ())
+
+
+def test_programmed_counts_envoys_running_the_latest_generation() -> None:
+    status = virtual_service_status(SOURCE, [EnvoyView("b.ns", "Pending", 3), EnvoyView("a.ns", "Programmed", 4)], [])
+    programmed = status.condition("Programmed")
+    assert programmed is not None
+    assert (programmed.status, programmed.reason, programmed.message) == (
+        "False",
+        "Pending",
+        "1/2 Envoys run generation 4",
+    )
+    assert (status.proxies, status.programmed_proxies, status.observed_generation) == (2, 1, 4)
+    assert [(e.node, e.state, e.generation) for e in status.envoys] == [
+        ("a.ns", "Programmed", 4),
+        ("b.ns", "Pending", 3),
+    ]
+
+
+def test_a_rejection_carries_envoys_error_and_keeps_the_transition_time_while_unchanged() -> None:
+    views = [EnvoyView("a.ns", "Rejected", 3, "cannot bind '127.1.0.5:2002': Address already in use")]
+    first = virtual_service_status(SOURCE, views, [])
+    again = virtual_service_status(SOURCE, views, [], previous=first)
+    condition = again.condition("Programmed")
+    assert condition is not None
+    assert condition.reason == "Rejected"
+    assert condition.message == (
+        "Envoy a.ns rejected generation 4: cannot bind '127.1.0.5:2002': Address already in use"
+    )
+    assert condition.last_transition_time == first.conditions[-1].last_transition_time
+
+
+def test_no_envoy_and_conflicts_are_explained() -> None:
+    other = ir.SourceRef("2025-01-01T00:00:00Z", "ns", "older")
+    conflict = ir.Conflict("a.ns", "UDP port 2001", other, REF, "spec.listeners[0]")
+    status = virtual_service_status(SOURCE, [], [conflict])
+    conflicted, programmed = status.condition("Conflicted"), status.condition("Programmed")
+    assert conflicted is not None and programmed is not None
+    assert (conflicted.status, conflicted.message) == (
+        "True",
+        "spec.listeners[0] is not served on Envoy a.ns: UDP port 2001 is already defined by VirtualService ns/older",
+    )
+    assert (programmed.reason, programmed.message) == (
+        "NoEnvoys",
+        "no connected Envoy matches selector app=ingress in namespace ns",
+    )

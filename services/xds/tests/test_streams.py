@@ -1,0 +1,130 @@
+"""The ADS stream state machine: ordering, ACK/NACK, parking, delta resync."""
+
+from __future__ import annotations
+
+from tollgate.xds import ir
+from tollgate.xds.resources import CLUSTER, ENDPOINT, LISTENER, Resource, Resources
+from tollgate.xds.streams import Nack, Push, Stream
+
+OWNER = ir.SourceRef("2026-01-01T00:00:00Z", "ns", "vs")
+
+
+def res(name: str, version: str) -> Resource:
+    return Resource(name, version, None, OWNER)
+
+
+def want(clusters: dict[str, str], listeners: dict[str, str], endpoints: dict[str, str] | None = None) -> Resources:
+    return {
+        CLUSTER: {n: res(n, v) for n, v in clusters.items()},
+        ENDPOINT: {n: res(n, v) for n, v in (endpoints or {}).items()},
+        LISTENER: {n: res(n, v) for n, v in listeners.items()},
+    }
+
+
+def names(push: Push | None) -> tuple[str, list[str], list[str]]:
+    assert push is not None
+    return push.type_url, sorted(r.name for r in push.resources), sorted(push.removed)
+
+
+def ack(stream: Stream, push: Push | None) -> None:
+    assert push is not None
+    subscribed = stream.types[push.type_url].names  # an ACK repeats the names it asks for
+    assert stream.on_sotw_request(push.type_url, push.nonce, sorted(subscribed), None) is True
+
+
+def connect_sotw(stream: Stream) -> None:
+    """An Envoy's start: CDS, then LDS once clusters are in."""
+    stream.on_sotw_request(CLUSTER, "", [], None)
+    ack(stream, stream.next_push())
+    stream.on_sotw_request(LISTENER, "", [], None)
+    ack(stream, stream.next_push())
+    assert stream.in_sync()
+
+
+def test_sotw_answers_the_first_requests_even_when_empty() -> None:
+    stream = Stream(delta=False)
+    stream.on_sotw_request(CLUSTER, "", [], None)
+    assert names(stream.next_push()) == (CLUSTER, [], [])
+    assert stream.next_push() is None, "one response in flight at a time"
+
+
+def test_make_before_break_removes_clusters_only_after_the_listeners() -> None:
+    stream = Stream(delta=False)
+    stream.set_desired(want({"old": "1"}, {"l": "1"}))
+    connect_sotw(stream)
+
+    assert stream.set_desired(want({"new": "1"}, {"l": "2"}))
+    first = stream.next_push()
+    assert names(first) == (CLUSTER, ["new", "old"], []), "the old cluster stays while a listener uses it"
+    ack(stream, first)
+    second = stream.next_push()
+    assert names(second) == (LISTENER, ["l"], [])
+    ack(stream, second)
+    assert names(stream.next_push()) == (CLUSTER, ["new"], [])
+
+
+def test_a_nack_is_not_resent_and_the_next_change_retries() -> None:
+    stream = Stream(delta=False)
+    stream.set_desired(want({"c": "1"}, {"l": "1"}))
+    connect_sotw(stream)
+
+    stream.set_desired(want({"c": "1"}, {"l": "2"}))
+    push = stream.next_push()
+    assert push is not None
+    nack = stream.on_sotw_request(LISTENER, push.nonce, [], "Error adding/updating listener(s) l: cannot bind")
+    assert isinstance(nack, Nack)
+    assert nack.owners == {OWNER}
+    assert stream.next_push() is None, "the rejected version is not sent again"
+    assert stream.owner_state(OWNER) == "Rejected"
+    assert stream.settled() and not stream.in_sync()
+
+    stream.set_desired(want({"c": "1"}, {"l": "3"}))
+    retry = stream.next_push()
+    assert names(retry) == (LISTENER, ["l"], [])
+    ack(stream, retry)
+    assert stream.owner_state(OWNER) == "Programmed"
+    assert stream.in_sync()
+
+
+def test_endpoints_follow_a_resent_cluster() -> None:
+    stream = Stream(delta=False)
+    stream.set_desired(want({"c": "1"}, {}, {"c": "1"}))
+    stream.on_sotw_request(CLUSTER, "", [], None)
+    ack(stream, stream.next_push())
+    stream.on_sotw_request(ENDPOINT, "", ["c"], None)
+    ack(stream, stream.next_push())
+
+    stream.set_desired(want({"c": "2"}, {}, {"c": "1"}))
+    ack(stream, stream.next_push())
+    assert names(stream.next_push()) == (ENDPOINT, ["c"], []), "unchanged endpoints are resent for the new cluster"
+
+
+def test_only_endpoints_change_when_pods_come_and_go() -> None:
+    stream = Stream(delta=True)
+    stream.set_desired(want({"c": "1"}, {"l": "1"}, {"c": "1"}))
+    for type_url, subscribe in ((CLUSTER, []), (ENDPOINT, ["c"]), (LISTENER, [])):
+        stream.on_delta_request(type_url, "", subscribe, [], {}, None)
+        while (push := stream.next_push()) is not None:
+            stream.on_delta_request(push.type_url, push.nonce, [], [], {}, None)
+
+    stream.set_desired(want({"c": "1"}, {"l": "1"}, {"c": "2"}))
+    push = stream.next_push()
+    assert names(push) == (ENDPOINT, ["c"], [])
+    assert push is not None
+    stream.on_delta_request(ENDPOINT, push.nonce, [], [], {}, None)
+    assert stream.next_push() is None
+    assert stream.in_sync()
+
+
+def test_delta_resync_sends_only_what_differs_from_what_the_envoy_has() -> None:
+    stream = Stream(delta=True)
+    stream.set_desired(want({"c": "1"}, {"keep": "1", "change": "2"}))
+    stream.on_delta_request(CLUSTER, "", [], [], {"c": "1"}, None)
+    assert names(stream.next_push()) == (CLUSTER, [], []), "the first request is answered, with nothing new"
+    push = stream.next_push()
+    assert push is None
+    cds = stream.types[CLUSTER].pending
+    assert cds is not None
+    stream.on_delta_request(CLUSTER, cds.nonce, [], [], {}, None)
+    stream.on_delta_request(LISTENER, "", [], [], {"keep": "1", "change": "1", "gone": "1"}, None)
+    assert names(stream.next_push()) == (LISTENER, ["change"], ["gone"])

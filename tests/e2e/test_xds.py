@@ -1,0 +1,570 @@
+"""tollgate-xds end to end: the real service, the embedded cluster and real Envoy processes in Envoy pods.
+
+Worker pods are KWOK pods; their "process" is an echo server this test binds to the pod's IP. The seed's
+address endpoint `tcp-echo.default.svc` is resolved by a small DNS server this test runs, which the xds
+service hands to Envoy through TOLLGATE_XDS_DNS_RESOLVERS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import random
+import socket
+import struct
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import pytest
+import yaml
+from kubernetes import client
+
+from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing.echo import TCPEcho, TCPListener, UDPEcho, tcp_request, udp_request
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tools import repo_root
+from tollgate.testing.wait import eventually
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION, PLURAL = "servicemesh.l7mp.io", "v1", "virtualservices"
+SAMPLES = repo_root() / "deploy" / "samples"
+SEED_ADDRESS = "tcp-echo.default.svc"
+
+
+# --- a DNS server for the address endpoint ----------------------------------------------------------------------
+
+
+class _DNS(asyncio.DatagramProtocol):
+    """Answers A queries for the names it knows (NXDOMAIN otherwise); enough for Envoy's c-ares resolver."""
+
+    def __init__(self, records: dict[str, str]) -> None:
+        self.records = records
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        query_id = struct.unpack("!H", data[:2])[0]
+        offset, labels = 12, []
+        while data[offset]:
+            length = data[offset]
+            labels.append(data[offset + 1 : offset + 1 + length].decode())
+            offset += 1 + length
+        qtype = struct.unpack("!H", data[offset + 1 : offset + 3])[0]
+        question = data[12 : offset + 5]
+        name = ".".join(labels).lower()
+        answer = b""
+        if qtype == 1 and name in self.records:
+            answer = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 5, 4) + socket.inet_aton(self.records[name])
+        rcode = 0 if name in self.records else 3
+        header = struct.pack("!HHHHHH", query_id, 0x8580 | rcode, 1, 1 if answer else 0, 0, 0)
+        assert self.transport is not None
+        self.transport.sendto(header + question + answer, addr)
+
+
+@contextlib.asynccontextmanager
+async def dns_server(records: dict[str, str]) -> AsyncIterator[str]:
+    port = free_port(udp=True)
+    transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+        lambda: _DNS(records), local_addr=("127.0.0.1", port)
+    )
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        transport.close()
+
+
+def spare_loopback() -> str:
+    """An address outside the pod CIDRs (127.1.0.0/16) for endpoints that are not pods."""
+    return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
+
+
+# --- the services ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Xds:
+    process: ServiceProcess
+    grpc_port: int
+    api_port: int
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}{path}", timeout=5) as response:
+            return json.load(response)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.process.health_url}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+
+@pytest.fixture
+def supervisor(run_service: ServiceFactory, tmp_path: Path) -> ServiceProcess:
+    return run_service(
+        "supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)}
+    )
+
+
+@pytest.fixture
+def xds_env() -> dict[str, str]:
+    return {
+        "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
+        "TOLLGATE_XDS_GRPC_PORT": str(free_port()),
+        "TOLLGATE_XDS_API_HOST": "127.0.0.1",
+        "TOLLGATE_XDS_API_PORT": str(free_port()),
+        "TOLLGATE_XDS_STATUS_INTERVAL_MS": "200",
+    }
+
+
+def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
+    process = run_service("xds", env=env)
+    return Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+
+
+# --- pods and Envoys ---------------------------------------------------------------------------------------------
+
+
+def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
+    bootstrap = yaml.safe_dump(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=delta))
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-bootstrap"), data={"envoy.yaml": bootstrap}),
+    )
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {ENVOY_PROXY_LABEL: "true", **labels}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "envoy",
+                    "image": "envoyproxy/envoy:v1.40.0",
+                    "args": ["-c", "/etc/envoy/envoy.yaml", "--service-node", "$(POD_NAME).$(POD_NAMESPACE)"],
+                    "env": env,
+                    "volumeMounts": [{"name": "bootstrap", "mountPath": "/etc/envoy"}],
+                }
+            ],
+            "volumes": [{"name": "bootstrap", "configMap": {"name": f"{name}-bootstrap"}}],
+        },
+    }
+    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
+
+
+async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
+    """The pod IP and Ready message ("pid N") once its Envoy runs."""
+
+    async def probe() -> tuple[str, str] | None:
+        pod = core.read_namespaced_pod(name, namespace)
+        ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None)
+        if ready is not None and ready.reason == "EnvoyLive":
+            return str(pod.status.pod_ip), str(ready.message)
+        return None
+
+    return await eventually(probe, f"the Envoy of pod {namespace}/{name} to be live", timeout=60)
+
+
+async def worker_pod(core: client.CoreV1Api, namespace: str, name: str, labels: dict[str, str]) -> str:
+    """A KWOK pod with `labels`; its IP once it is Ready."""
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels=labels),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="echo", image="echo:latest")]),
+        ),
+    )
+
+    async def ready() -> str | None:
+        pod = core.read_namespaced_pod(name, namespace)
+        conditions = {c.type: c.status for c in pod.status.conditions or []}
+        return str(pod.status.pod_ip) if conditions.get("Ready") == "True" and pod.status.pod_ip else None
+
+    return await eventually(ready, f"pod {name} to be Ready", timeout=30)
+
+
+async def admin(ip: str, path: str) -> Any:
+    async with aiohttp.ClientSession() as session, session.get(f"http://{ip}:{ADMIN_PORT}{path}") as response:
+        return await response.json(content_type=None)
+
+
+async def stats(ip: str) -> dict[str, int]:
+    data = await admin(ip, "/stats?format=json")
+    return {s["name"]: s["value"] for s in data["stats"] if "name" in s and isinstance(s.get("value"), int)}
+
+
+def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def edit_vs(custom: client.CustomObjectsApi, namespace: str, name: str, edit: Any) -> None:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+    edit(obj["spec"])
+    custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, obj)
+
+
+async def condition(
+    custom: client.CustomObjectsApi, namespace: str, name: str, type_: str, reason: str
+) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+        status = obj.get("status") or {}
+        found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+        if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:
+            return obj
+        return None
+
+    return await eventually(probe, f"{name} to have {type_} with reason {reason}", timeout=30)
+
+
+def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
+    listing = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason={reason}")
+    return [str(e.message) for e in listing.items]
+
+
+async def answer(host: str, port: int, payload: bytes = b"x") -> str:
+    """Who answers one datagram sent from a fresh source port (a new UDP proxy session)."""
+    reply = await udp_request(host, port, payload, timeout=1)
+    return reply.split(b":", 1)[0].decode()
+
+
+async def answers(host: str, port: int, count: int = 8) -> set[str]:
+    return {await answer(host, port) for _ in range(count)}
+
+
+# --- tests -------------------------------------------------------------------------------------------------------
+
+
+async def test_seed_virtual_service_forwards_udp_by_hash_key_health_and_edits(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    address = spare_loopback()
+    async with dns_server({SEED_ADDRESS: address}) as resolver:
+        xds = start_xds(run_service, {**xds_env, "TOLLGATE_XDS_DNS_RESOLVERS": resolver})
+        seed = yaml.safe_load((SAMPLES / "seed-virtualservice.yaml").read_text())
+        apply_vs(custom, namespace, seed)
+        ips = {name: await worker_pod(core, namespace, name, {"app": "worker"}) for name in ("worker-0", "worker-1")}
+        ips["address"] = address
+        async with contextlib.AsyncExitStack() as stack:
+            echoes = {n: await stack.enter_async_context(UDPEcho(ip, 1234, name=n)) for n, ip in ips.items()}
+            checks = {n: await stack.enter_async_context(TCPListener(ip, 1233)) for n, ip in ips.items()}
+
+            envoy_pod(core, namespace, "ingress", xds, {"app": "ingress"}, delta=False)
+            envoy_ip, pid = await live_envoy(core, namespace, "ingress")
+            first = await eventually(
+                lambda: answer(envoy_ip, 2001),
+                "a UDP reply through Envoy on port 2001",
+                timeout=30,
+                ignore=(TimeoutError, ConnectionError),
+            )
+            assert await answers(envoy_ip, 2001) == {first}, "one hash key: every session on one endpoint"
+
+            obj = await condition(custom, namespace, "ingress-callid", "Programmed", "Programmed")
+            assert (obj["status"]["proxies"], obj["status"]["programmed_proxies"]) == (1, 1)
+            assert obj["status"]["envoys"] == [
+                {"node": f"ingress.{namespace}", "state": "Programmed", "generation": obj["metadata"]["generation"]}
+            ]
+
+            served = [first]
+            while len(served) < len(ips):
+                await checks[served[-1]].stop()  # its health-check port goes away: Envoy ejects it
+
+                async def moved(before: str = served[-1]) -> str | None:
+                    who = await answer(envoy_ip, 2001)
+                    return who if who != before else None
+
+                served.append(
+                    await eventually(moved, f"traffic to move off {served[-1]}", timeout=20, ignore=(TimeoutError,))
+                )
+            assert sorted(served) == sorted(ips), "the selected workers and the address endpoint all served"
+
+            for name in served[:-1]:
+                await checks[name].start()
+            edit_vs(
+                custom,
+                namespace,
+                "ingress-callid",
+                lambda spec: (
+                    spec["listeners"][0]["udp"].update(port=2011),
+                    spec["listeners"][0]["udp"]["cluster"]["endpoints"].pop(1),
+                ),
+            )
+            await eventually(
+                lambda: answer(envoy_ip, 2011),
+                "Envoy to listen on the new port 2011",
+                timeout=30,
+                ignore=(TimeoutError, ConnectionError),
+            )
+            await eventually(
+                lambda: answer(envoy_ip, 2011, b"y"),
+                "a worker to serve again",
+                timeout=20,
+                ignore=(TimeoutError, ConnectionError),
+            )
+            received = echoes["address"].received
+            assert await answers(envoy_ip, 2011) <= {"worker-0", "worker-1"}
+            assert echoes["address"].received == received, "the removed endpoint gets nothing"
+            with pytest.raises((TimeoutError, ConnectionError)):
+                await udp_request(envoy_ip, 2001, b"old port", timeout=0.5)
+            assert await live_envoy(core, namespace, "ingress") == (envoy_ip, pid), "Envoy was not restarted"
+            await condition(custom, namespace, "ingress-callid", "Programmed", "Programmed")
+            assert events(core, namespace, "ingress-callid", "Programmed")
+
+
+async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    xds = start_xds(run_service, xds_env)
+    apply_vs(custom, namespace, yaml.safe_load((SAMPLES / "virtualservice-tcp-eds.yaml").read_text()))
+    first_ip = await worker_pod(core, namespace, "tcp-echo-0", {"app": "tcp-echo"})
+    async with TCPEcho(first_ip, 7000, name="tcp-echo-0"):
+        envoy_pod(core, namespace, "ingress", xds, {"app": "ingress"}, delta=True)
+        envoy_ip, pid = await live_envoy(core, namespace, "ingress")
+        reply = await eventually(
+            lambda: tcp_request(envoy_ip, 2002, b"hello"),
+            "a TCP echo through Envoy",
+            timeout=30,
+            ignore=(TimeoutError, ConnectionError),
+        )
+        assert reply == b"tcp-echo-0:hello"
+
+        node = f"ingress.{namespace}"
+        sync = await eventually(
+            lambda: asyncio.to_thread(lambda: [s for s in xds.api(f"/debug/envoys/{node}") if s["in_sync"]]),
+            "the Envoy to be in sync",
+        )
+        listeners = sync[0]["types"]["listeners"]
+        assert (sync[0]["api"], listeners["acked_version"], listeners["nack"]) == (
+            "delta",
+            listeners["sent_version"],
+            None,
+        )
+        dump = xds.api(f"/debug/envoys/{node}/config_dump")
+        assert [c["name"] for c in dump["clusters"]] == ["tcp-echo-c"]
+        assert dump["clusters"][0]["type"] == "EDS"
+        before = await stats(envoy_ip)
+
+        second_ip = await worker_pod(core, namespace, "tcp-echo-1", {"app": "tcp-echo"})
+        async with TCPEcho(second_ip, 7000, name="tcp-echo-1"):
+
+            async def both() -> bool:
+                seen = {(await tcp_request(envoy_ip, 2002, b"x")).split(b":")[0] for _ in range(6)}
+                return seen == {b"tcp-echo-0", b"tcp-echo-1"}
+
+            await eventually(both, "the new pod to receive connections", timeout=30, ignore=(ConnectionError,))
+            after = await stats(envoy_ip)
+            assert after["cluster_manager.cds.update_success"] == before["cluster_manager.cds.update_success"], (
+                "endpoints changed without resending the cluster"
+            )
+
+            metrics = xds.metrics()
+            for name in ("xds_connected_envoys", "xds_pushes_total", "xds_convergence_seconds_bucket"):
+                assert name in metrics, f"{name} missing from /metrics"
+
+            xds.process.stop()
+            assert await tcp_request(envoy_ip, 2002, b"alone") in (b"tcp-echo-0:alone", b"tcp-echo-1:alone")
+            xds = start_xds(run_service, xds_env)
+            await eventually(
+                lambda: asyncio.to_thread(lambda: [s for s in xds.api(f"/debug/envoys/{node}") if s["in_sync"]]),
+                "the Envoy to reconnect and resync",
+                timeout=60,
+                ignore=(OSError,),
+            )
+            resynced = await stats(envoy_ip)
+            for stat in (
+                "listener_manager.listener_modified",
+                "listener_manager.listener_added",
+                "cluster_manager.cluster_modified",
+                "cluster_manager.cluster_added",
+            ):
+                assert resynced[stat] == after[stat], f"{stat}: the resync changed what Envoy runs"
+
+            core.delete_namespaced_pod("tcp-echo-0", namespace, grace_period_seconds=0)
+
+            async def only_second() -> bool:
+                return {(await tcp_request(envoy_ip, 2002, b"x")).split(b":")[0] for _ in range(6)} == {b"tcp-echo-1"}
+
+            await eventually(
+                only_second, "the deleted pod to leave the endpoints", timeout=30, ignore=(ConnectionError,)
+            )
+        assert await live_envoy(core, namespace, "ingress") == (envoy_ip, pid)
+
+
+def udp_vs(name: str, listener: str, port: int, cluster: str, target: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "VirtualService",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"app": "edge"},
+            "listeners": [
+                {
+                    "name": listener,
+                    "udp": {
+                        "port": port,
+                        "cluster": {
+                            "name": cluster,
+                            "endpoints": [{"name": "echo", "host": {"address": target}, "port": 1234}],
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_reported(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    xds = start_xds(run_service, xds_env)
+    target = spare_loopback()
+    async with UDPEcho(target, 1234, name="echo"):
+        apply_vs(custom, namespace, udp_vs("first", "edge-l", 3001, "edge-c", target))
+        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
+        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        await eventually(
+            lambda: answer(envoy_ip, 3001),
+            "Envoy to forward on 3001",
+            timeout=30,
+            ignore=(TimeoutError, ConnectionError),
+        )
+        await condition(custom, namespace, "first", "Programmed", "Programmed")
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+            squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+            edit_vs(custom, namespace, "first", lambda spec: spec["listeners"][0]["udp"].update(port=3002))
+            rejected = await condition(custom, namespace, "first", "Programmed", "Rejected")
+            message = next(c for c in rejected["status"]["conditions"] if c["type"] == "Programmed")["message"]
+            assert message.startswith(f"Envoy edge.{namespace} rejected generation 2: ")
+            assert "edge-l" in message
+            assert rejected["status"]["envoys"][0]["state"] == "Rejected"
+            assert rejected["status"]["envoys"][0]["generation"] == 1
+            assert await answer(envoy_ip, 3001) == "echo", "Envoy keeps serving the previous version"
+            assert (await stats(envoy_ip))["listener_manager.lds.update_rejected"] == 1, (
+                "the NACKed config is not resent"
+            )
+            await eventually(
+                lambda: asyncio.to_thread(events, core, namespace, "first", "Rejected"), "an Event with Envoy's error"
+            )
+            nacks = [line for line in xds.metrics().splitlines() if line.startswith("xds_nacks_total{")]
+            assert [line.rsplit(" ", 1)[1] for line in nacks if 'type="listeners"' in line] == ["1.0"]
+
+        edit_vs(custom, namespace, "first", lambda spec: spec["listeners"][0]["udp"]["cluster"].update(hash_key="k"))
+        await condition(custom, namespace, "first", "Programmed", "Programmed")
+        assert await answer(envoy_ip, 3002) == "echo", "the next change retried and Envoy took it"
+
+        apply_vs(custom, namespace, udp_vs("second", "edge-l", 3003, "other-c", target))
+        second = await condition(custom, namespace, "second", "Conflicted", "NameConflict")
+        loser = next(c for c in second["status"]["conditions"] if c["type"] == "Conflicted")["message"]
+        assert loser == (
+            f"spec.listeners[0] is not served on Envoy edge.{namespace}: listener name 'edge-l' is already "
+            f"defined by VirtualService {namespace}/first"
+        )
+        first = await condition(custom, namespace, "first", "Conflicted", "NameConflict")
+        winner = next(c for c in first["status"]["conditions"] if c["type"] == "Conflicted")["message"]
+        assert f"also defined by VirtualService {namespace}/second" in winner
+        assert await answer(envoy_ip, 3002) == "echo", "the older VirtualService keeps its listener"
+        with pytest.raises((TimeoutError, ConnectionError)):
+            await udp_request(envoy_ip, 3003, b"not served", timeout=0.5)
+        await eventually(lambda: asyncio.to_thread(events, core, namespace, "second", "Conflict"), "a Conflict Event")
+
+
+async def test_load_balancer_public_ports_forward_to_registered_endpoints(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    xds = start_xds(run_service, xds_env)
+    upstream = spare_loopback()
+    async with TCPEcho(upstream, 8080, name="upstream"), UDPEcho(upstream, 5060, name="udp-upstream"):
+        lb = copy.deepcopy(yaml.safe_load((SAMPLES / "seed-loadbalancer.yaml").read_text()))
+        lb["metadata"] = {"name": "sample-acnodal"}
+        lb["spec"]["public-ports"].append({"port": 5060, "protocol": "UDP"})
+        del lb["status"]
+        custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "loadbalancers", lb)
+        for protocol, port in (("TCP", 8080), ("UDP", 5060)):
+            name = f"sample-acnodal-{protocol.lower()}"
+            custom.create_namespaced_custom_object(
+                "epic.acnodal.io",
+                "v1",
+                namespace,
+                "remoteendpoints",
+                {
+                    "apiVersion": "epic.acnodal.io/v1",
+                    "kind": "RemoteEndpoint",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "load-balancer": "sample-acnodal",
+                        "address": upstream,
+                        "port": {"port": port, "protocol": protocol},
+                    },
+                },
+            )
+        envoy_pod(
+            core,
+            namespace,
+            "lb-proxy",
+            xds,
+            {"epic.acnodal.io/load-balancer": "sample-acnodal", "epic.acnodal.io/account": "root"},
+            delta=True,
+        )
+        proxy_ip, _ = await live_envoy(core, namespace, "lb-proxy")
+        await eventually(lambda: admin(proxy_ip, "/listeners?format=json"), "listeners on the proxy", ignore=(OSError,))
+
+        async def no_endpoints() -> bool:
+            clusters = await admin(proxy_ip, "/clusters?format=json")
+            names = {c["name"]: c.get("host_statuses", []) for c in clusters["cluster_statuses"]}
+            return f"{namespace}/sample-acnodal/tcp-8888" in names and not names[f"{namespace}/sample-acnodal/tcp-8888"]
+
+        await eventually(no_endpoints, "the LB cluster, with no endpoint before a tunnel ID is set", ignore=(OSError,))
+        for protocol in ("tcp", "udp"):
+            custom.patch_namespaced_custom_object_status(
+                "epic.acnodal.io",
+                "v1",
+                namespace,
+                "remoteendpoints",
+                f"sample-acnodal-{protocol}",
+                {"status": {"tunnel-id": 7 if protocol == "tcp" else 8}},
+            )
+        reply = await eventually(
+            lambda: tcp_request(proxy_ip, 8888, b"hi"),
+            "TCP through the load balancer",
+            timeout=30,
+            ignore=(TimeoutError, ConnectionError),
+        )
+        assert reply == b"upstream:hi"
+        reply = await eventually(
+            lambda: udp_request(proxy_ip, 5060, b"dgram", timeout=1),
+            "UDP through the load balancer",
+            ignore=(TimeoutError,),
+        )
+        assert reply == b"udp-upstream:dgram"
