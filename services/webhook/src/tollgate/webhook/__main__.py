@@ -1,23 +1,93 @@
-"""`python -m tollgate.webhook`: Admission webhook (FastAPI) that defaults and validates every tollgate kind."""
+"""`python -m tollgate.webhook`: Admission webhook (FastAPI) that defaults and validates every tollgate kind.
+
+Serves HTTPS with tls.crt/tls.key from TOLLGATE_WEBHOOK_CERT_DIR (reloaded when they change). Register it
+with the configurations that `python -m tollgate.webhook.cli configurations` prints.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
+from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
+from tollgate.webhook.api.app import Admitter, create_app
+from tollgate.webhook.api.server import AdmissionServer
+from tollgate.webhook.cache import store_for
+from tollgate.webhook.certs import CERT_FILE, KEY_FILE, ReloadingContext
+from tollgate.webhook.k8s import start_informers
+from tollgate.webhook.kinds import kind_of
+from tollgate.webhook.registration import TIMEOUT_SECONDS
+from tollgate.webhook.validation import INDEXES, Limits
 
 
 class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_WEBHOOK_", extra="ignore")
 
     service_name: str = "tollgate-webhook"
+    host: str = Field(default="0.0.0.0", description="Address of the HTTPS admission server.")
+    port: int = Field(default=9443, ge=1, le=65535, description="Port of the HTTPS admission server.")
+    cert_dir: Path = Field(
+        default=Path("/etc/tollgate/webhook/tls"),
+        description="Directory holding tls.crt and tls.key (a kubernetes.io/tls Secret); reloaded on change.",
+    )
+    cert_reload_seconds: float = Field(default=2.0, gt=0, description="How often to look for a new certificate.")
+    max_goop_jobs: int = Field(default=100, ge=1, le=1000, description="Largest Goop jobCount admitted.")
+    pending_wait_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        lt=TIMEOUT_SECONDS,
+        description="How long a review waits for the cache to see an object it references before refusing.",
+    )
+    label_selector: str | None = Field(
+        default=None,
+        description="Cache only objects with these labels (match the configurations' objectSelector).",
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
-    raise NotImplementedError("tollgate.webhook is not implemented yet (issue #8)")
+    store = store_for(INDEXES)
+    context.health.add_readiness_check(
+        "cache", lambda: not store.unsynced() or f"not listed yet: {', '.join(store.unsynced())}"
+    )
+    tls = ReloadingContext(settings.cert_dir / CERT_FILE, settings.cert_dir / KEY_FILE)
+    admitter = Admitter(
+        store,
+        Limits(max_goop_jobs=settings.max_goop_jobs),
+        pending_wait_seconds=settings.pending_wait_seconds,
+        tracer=context.telemetry.tracer("tollgate.webhook"),
+        meter=context.telemetry.meter("tollgate.webhook"),
+    )
+    server = AdmissionServer(create_app(admitter), settings.host, settings.port, tls)
+    context.health.add_readiness_check("https", lambda: server.started or "not serving yet")
+    stop_informers = start_informers(
+        api_client(settings.kubeconfig),
+        [kind_of(model) for model in INDEXES],
+        store,
+        namespace=settings.namespace,
+        label_selector=settings.label_selector,
+    )
+    serving = asyncio.create_task(server.serve())
+    reloading = asyncio.create_task(server.reload_certificates(settings.cert_reload_seconds))
+    stopping = asyncio.create_task(context.stop.wait())
+    try:
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.stop()
+        await serving
+        if not context.stop.is_set():
+            raise RuntimeError("the HTTPS admission server stopped on its own")
+    finally:
+        stop_informers.set()
+        for task in (reloading, stopping):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 if __name__ == "__main__":

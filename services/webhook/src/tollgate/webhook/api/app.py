@@ -1,0 +1,164 @@
+"""FastAPI routes: `POST /mutate/<group>/<version>/<plural>` and `POST /validate/...`, one pair per kind.
+
+Routes stay thin: read the body, let admission.py decide, send the AdmissionReview back. A body that is not
+an AdmissionReview gets a 400 with the reason; an unknown path a 404 listing the known ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from opentelemetry import metrics, trace
+from starlette.exceptions import HTTPException
+
+from tollgate.webhook.admission import AdmissionRequest, BadReview, Decision, mutate, parse_review, review
+from tollgate.webhook.cache import Store
+from tollgate.webhook.kinds import KINDS, OPERATIONS, Kind, Operation
+from tollgate.webhook.validation import Limits
+
+log = logging.getLogger("tollgate.webhook.api")
+
+
+def _json(status: int, body: dict[str, Any]) -> Response:
+    return Response(content=json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
+
+
+class Admitter:
+    """Decides admission requests against the cache; retries a denial that only names objects it has not seen."""
+
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits,
+        pending_wait_seconds: float = 1.0,
+        tracer: trace.Tracer | None = None,
+        meter: metrics.Meter | None = None,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.pending_wait_seconds = pending_wait_seconds
+        self.tracer = tracer or trace.get_tracer("tollgate.webhook")
+        meter = meter or metrics.get_meter("tollgate.webhook")
+        self.requests = meter.create_counter(
+            "tollgate_webhook_admissions", description="Admission reviews answered, by kind, operation and outcome."
+        )
+        self.latency = meter.create_histogram(
+            "tollgate_webhook_admission_seconds", unit="s", description="Time to answer an admission review."
+        )
+        self._changed = asyncio.Event()
+        store.on_change(self._notify)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _until_changed(self, deadline: float) -> bool:
+        """Wait for the cache to change, until `deadline`; False when it did not."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+        except TimeoutError:
+            return False
+        return True
+
+    async def _validate(self, kind: Kind, request: AdmissionRequest) -> Decision:
+        deadline = time.monotonic() + self.pending_wait_seconds
+        while self.store.unsynced():  # a cross-object check on a half-listed cache would let duplicates through
+            if not await self._until_changed(deadline):
+                unlisted = ", ".join(self.store.unsynced())
+                return Decision(
+                    allowed=False,
+                    message=f"the webhook has not listed {unlisted} yet: retry in a moment",
+                    code=503,
+                    reason="ServiceUnavailable",
+                )
+        decision = review(kind, request, self.store, self.limits)
+        while decision.pending and await self._until_changed(deadline):
+            decision = review(kind, request, self.store, self.limits)
+        return decision
+
+    async def _review(self, kind: Kind, body: bytes, operation: Operation) -> tuple[int, dict[str, Any]]:
+        try:
+            request = parse_review(body)
+        except BadReview as error:
+            return 400, {
+                "kind": "Status",
+                "status": "Failure",
+                "code": 400,
+                "reason": "BadRequest",
+                "message": str(error),
+            }
+        try:
+            if operation == "mutate":
+                decision = mutate(kind, request)
+            else:
+                decision = await self._validate(kind, request)
+        except Exception as error:  # a bug must still answer: deny, saying so, rather than fail the request
+            log.exception("admission review failed", extra={"kind": kind.name, "operation": operation})
+            decision = Decision(
+                allowed=False,
+                message=f"internal error in the webhook: {type(error).__name__}: {error}",
+                code=500,
+                reason="InternalError",
+            )
+        return 200, decision.response(request.uid)
+
+    async def handle(self, kind: Kind, operation: Operation, body: bytes) -> tuple[int, dict[str, Any]]:
+        started = time.perf_counter()
+        with self.tracer.start_as_current_span(f"{operation} {kind.name}") as span:
+            status, answer = await self._review(kind, body, operation)
+            allowed = answer.get("response", {}).get("allowed")
+            outcome = "bad-request" if status != 200 else "allowed" if allowed else "denied"
+            span.set_attribute("tollgate.webhook.outcome", outcome)
+        attributes = {"kind": kind.name, "operation": operation, "outcome": outcome}
+        self.requests.add(1, attributes)
+        self.latency.record(time.perf_counter() - started, attributes)
+        if outcome == "denied":
+            log.info("denied", extra={**attributes, "reason": answer["response"]["status"]["message"]})
+        return status, answer
+
+
+def create_app(admitter: Admitter) -> FastAPI:
+    """One path per kind and operation: `/{operation}/{group}/{version}/{plural}` (two routes look them up)."""
+    app = FastAPI(title="tollgate-webhook", docs_url=None, redoc_url=None, openapi_url=None)
+    kinds = {(kind.group, kind.version, kind.plural): kind for kind in KINDS}
+    known = ", ".join(kind.path(operation) for kind in KINDS for operation in OPERATIONS)
+
+    def unknown(path: str) -> Response:
+        message = f"no admission endpoint at {path}: this webhook admits POSTs to {known}"
+        return _json(
+            404, {"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound", "message": message}
+        )
+
+    def route(operation: Operation) -> Any:
+        async def admit(request: Request) -> Response:
+            params = request.path_params
+            kind = kinds.get((params["group"], params["version"], params["plural"]))
+            if kind is None:
+                return unknown(request.url.path)
+            status, answer = await admitter.handle(kind, operation, await request.body())
+            return _json(status, answer)
+
+        admit.__name__ = operation
+        return admit
+
+    for operation in OPERATIONS:
+        # A plain route: the body is parsed by admission.py, so FastAPI's parameter machinery would only cost time.
+        app.add_route(f"/{operation}/{{group}}/{{version}}/{{plural}}", route(operation), methods=["POST"])
+
+    @app.exception_handler(HTTPException)
+    async def refused(request: Request, error: HTTPException) -> Response:
+        if error.status_code == 404:
+            return unknown(request.url.path)
+        if error.status_code == 405:
+            message = f"{request.method} is not allowed: send an AdmissionReview with POST"
+        else:
+            message = str(error.detail)
+        body = {"kind": "Status", "status": "Failure", "code": error.status_code, "message": message}
+        return _json(error.status_code, body)
+
+    return app

@@ -1,0 +1,549 @@
+"""Validation beyond the CRD schemas: cross-field and cross-object rules, each naming the field and the rule.
+
+Pure: the objects other than the one under review come from a `View` (the informer cache), and every rule
+returns all of its violations, so the whole object is rejected at once with everything wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from tollgate.models import (
+    EPIC,
+    Account,
+    ClusterRoutedIPClass,
+    CustomResource,
+    Goop,
+    GWProxy,
+    LBServiceGroup,
+    LoadBalancer,
+    RemoteEndpoint,
+    RoutedIP,
+    VirtualService,
+)
+from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, account_namespace
+from tollgate.models.routedip import parse_port_range
+from tollgate.webhook.kinds import Model
+
+JSONObject = Mapping[str, Any]
+
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+THIS_NETWORK = IPv4Network("0.0.0.0/8")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: the field path as the API server writes it, and the rule in words.
+
+    `pending` marks a violation that names an object the cache may not have seen yet (created a moment
+    ago): the caller may wait for the cache to catch up before rejecting.
+    """
+
+    field: str
+    rule: str
+    pending: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.rule}" if self.field else self.rule
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The rules' settings."""
+
+    max_goop_jobs: int = 100
+
+
+class View(Protocol):
+    """The other objects of the cluster, as the informer cache last saw them."""
+
+    def get(self, kind: str, namespace: str, name: str) -> JSONObject | None: ...
+
+    def lookup(self, kind: str, index: str, key: Hashable) -> list[JSONObject]: ...
+
+    def keys(self, kind: str, index: str, key: Hashable) -> AbstractSet[tuple[str, str]]: ...
+
+
+# ---- indexes the cross-object rules read (the cache maintains them) ----
+
+
+def _spec(obj: JSONObject) -> JSONObject:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _port_listeners(obj: JSONObject) -> Iterator[tuple[JSONObject, str, JSONObject]]:
+    """(listener, protocol, udp-or-tcp block) of every well-formed listener of a raw VirtualService."""
+    listeners = _spec(obj).get("listeners")
+    for listener in listeners if isinstance(listeners, list) else []:
+        if not isinstance(listener, Mapping):
+            continue
+        for protocol in ("udp", "tcp"):
+            block = listener.get(protocol)
+            if isinstance(block, Mapping):
+                yield listener, protocol.upper(), block
+
+
+def _clusters(obj: JSONObject) -> Iterator[JSONObject]:
+    for _, _, block in _port_listeners(obj):
+        cluster = block.get("cluster")
+        if isinstance(cluster, Mapping):
+            yield cluster
+
+
+def _names(items: Iterable[Any]) -> list[Hashable]:
+    return [item["name"] for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)]
+
+
+def _endpoints(obj: JSONObject) -> Iterator[Any]:
+    for cluster in _clusters(obj):
+        endpoints = cluster.get("endpoints")
+        yield from endpoints if isinstance(endpoints, list) else []
+
+
+def _listener_ports(obj: JSONObject) -> list[tuple[str, int]]:
+    return [
+        (protocol, block["port"]) for _, protocol, block in _port_listeners(obj) if isinstance(block.get("port"), int)
+    ]
+
+
+def _selector(obj: JSONObject) -> JSONObject:
+    selector = _spec(obj).get("selector")
+    return selector if isinstance(selector, Mapping) else {}
+
+
+def _port_labels(obj: JSONObject) -> list[Hashable]:
+    """(protocol, port, label key) for every listener port and every key of the object's selector."""
+    keys = [key for key, value in _selector(obj).items() if isinstance(value, str)]
+    return [(*port, key) for port in _listener_ports(obj) for key in keys]
+
+
+def _port_label_values(obj: JSONObject) -> list[Hashable]:
+    """(protocol, port, label key, value) for every listener port and every label of the object's selector."""
+    labels = [(key, value) for key, value in _selector(obj).items() if isinstance(value, str)]
+    return [(*port, *label) for port in _listener_ports(obj) for label in labels]
+
+
+def _scalar(field: str) -> Callable[[JSONObject], list[Hashable]]:
+    def index(obj: JSONObject) -> list[Hashable]:
+        value = _spec(obj).get(field)
+        return [value] if isinstance(value, str) else []
+
+    return index
+
+
+def _routed_ip_key(obj: JSONObject) -> list[Hashable]:
+    value = _spec(obj).get("routedIP")
+    try:
+        return [str(IPv4Address(value))] if isinstance(value, str) else []
+    except ValueError:
+        return [value]
+
+
+IndexFunc = Callable[[JSONObject], Iterable[Hashable]]
+
+INDEXES: dict[Model, dict[str, IndexFunc]] = {
+    VirtualService: {
+        "listener": lambda obj: _names(listener for listener, _, _ in _port_listeners(obj)),
+        "cluster": lambda obj: _names(_clusters(obj)),
+        "endpoint": lambda obj: _names(_endpoints(obj)),
+        "port": _listener_ports,
+        "port-label": _port_labels,
+        "port-label-value": _port_label_values,
+    },
+    LBServiceGroup: {},
+    ClusterRoutedIPClass: {"className": _scalar("className")},
+    RoutedIP: {"routedIP": _routed_ip_key},
+}
+
+
+# ---- the review of one object ----
+
+
+@dataclass(frozen=True)
+class Review:
+    namespace: str
+    name: str
+    old_spec: JSONObject | None
+    view: View
+    limits: Limits
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    def existing(self, model: Model, index: str, key: Hashable) -> list[JSONObject]:
+        """Objects holding `key` in `index`, leaving out those being deleted."""
+        found = self.view.lookup(model.resource.kind, index, key)
+        return [obj for obj in found if not _metadata(obj).get("deletionTimestamp")]
+
+    def others(self, model: Model, index: str, key: Hashable) -> list[JSONObject]:
+        """Objects of this object's kind, other than this one, holding `key` in `index`."""
+        return [obj for obj in self.existing(model, index, key) if identity(obj) != self.identity]
+
+
+def _metadata(obj: JSONObject) -> JSONObject:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def identity(obj: JSONObject) -> tuple[str, str]:
+    metadata = _metadata(obj)
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def reference(obj: JSONObject) -> str:
+    namespace, name = identity(obj)
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _unicast(address: IPv4Address, field: str) -> Iterator[Violation]:
+    if address in THIS_NETWORK or address.is_multicast or address.is_reserved:
+        yield Violation(
+            field,
+            f"{address} is not a unicast host address (0.0.0.0/8, multicast 224.0.0.0/4 and reserved "
+            "240.0.0.0/4 cannot be routed to a host)",
+        )
+
+
+def _label_violations(labels: Mapping[str, str], field: str) -> Iterator[Violation]:
+    for key, value in labels.items():
+        prefix, slash, name = key.rpartition("/")
+        if not (LABEL_NAME.fullmatch(name) and len(name) <= 63) or (
+            slash and not (DNS1123_SUBDOMAIN.fullmatch(prefix) and len(prefix) <= 253)
+        ):
+            yield Violation(f"{field}[{key}]", f"{key!r} is not a valid label key ([prefix/]name, name at most 63)")
+        if value and not (LABEL_NAME.fullmatch(value) and len(value) <= 63):
+            yield Violation(
+                f"{field}[{key}]",
+                f"{value!r} is not a valid label value (at most 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit)",
+            )
+
+
+# ---- the rules, kind by kind ----
+
+
+def _epic(resource: EPIC, review: Review) -> Iterator[Violation]:
+    where = f"{review.namespace}/{review.name}"
+    if review.namespace != SYSTEM_NAMESPACE:
+        yield Violation("metadata.namespace", f"only {SYSTEM_NAMESPACE}/{SINGLETON_NAME} may exist, not {where}")
+    if review.name != SINGLETON_NAME:
+        yield Violation("metadata.name", f"only {SYSTEM_NAMESPACE}/{SINGLETON_NAME} may exist, not {where}")
+
+
+def _account(resource: Account, review: Review) -> Iterator[Violation]:
+    namespace = account_namespace(review.name)
+    if len(namespace) > 63:
+        yield Violation(
+            "metadata.name",
+            f"the account's user namespace {namespace!r} would be {len(namespace)} characters, above the 63 of a "
+            f"namespace name: an account name has at most {63 - len(account_namespace(''))}",
+        )
+    elif not DNS1123_LABEL.fullmatch(namespace):
+        yield Violation(
+            "metadata.name",
+            f"the account's user namespace {namespace!r} is not a valid namespace name (a DNS-1123 label: "
+            "lower-case letters, digits and '-', no '.')",
+        )
+
+
+def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    if spec.public_address is not None:
+        yield from _unicast(spec.public_address, "spec.public-address")
+    pairs: dict[tuple[int, str], int] = {}
+    node_ports: dict[tuple[int, str], int] = {}
+    names: dict[str, int] = {}
+    for index, port in enumerate(spec.public_ports):
+        field = f"spec.public-ports[{index}]"
+        first = pairs.setdefault((port.port, port.protocol), index)
+        if first != index:
+            yield Violation(
+                field,
+                f"duplicate port/protocol pair {port.port}/{port.protocol} (spec.public-ports[{first}] has it too)",
+            )
+        if port.node_port is not None:
+            first = node_ports.setdefault((port.node_port, port.protocol), index)
+            if first != index:
+                yield Violation(
+                    f"{field}.nodePort",
+                    f"duplicate nodePort {port.node_port}/{port.protocol} (spec.public-ports[{first}] has it too)",
+                )
+        if port.name is not None:
+            first = names.setdefault(port.name, index)
+            if first != index:
+                yield Violation(
+                    f"{field}.name", f"duplicate port name {port.name!r} (spec.public-ports[{first}] has it too)"
+                )
+    if review.view.get(LBServiceGroup.resource.kind, review.namespace, spec.service_group) is None:
+        yield Violation(
+            "spec.service-group",
+            f"LBServiceGroup {spec.service_group!r} does not exist in the account's namespace {review.namespace}",
+            pending=True,
+        )
+    if review.old_spec is not None:
+        before = review.old_spec.get("service-id")
+        if before is not None and spec.service_id != before:
+            now = "unset" if spec.service_id is None else spec.service_id
+            yield Violation("spec.service-id", f"is immutable once set (was {before}, now {now})")
+
+
+def _selector_text(selector: Mapping[str, Any]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(selector.items())) or "{} (every Envoy)"
+
+
+def _unique_within(seen: dict[str, str], name: str, field: str, what: str) -> Iterator[Violation]:
+    first = seen.setdefault(name, field)
+    if first != field:
+        yield Violation(field, f"duplicate {what} name {name!r} ({first} has it too): {what} names are unique")
+
+
+def _virtual_service(resource: VirtualService, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    listeners: dict[str, str] = {}
+    clusters: dict[str, str] = {}
+    endpoints: dict[str, str] = {}
+    ports: dict[tuple[str, int], str] = {}
+    for index, listener in enumerate(spec.listeners):
+        base = f"spec.listeners[{index}]"
+        protocol = listener.protocol
+        block = f"{base}.{protocol.lower()}"
+        port = listener.port_listener.port
+        cluster = listener.port_listener.cluster
+        yield from _unique_within(listeners, listener.name, f"{base}.name", "listener")
+        yield from _unique_within(clusters, cluster.name, f"{block}.cluster.name", "cluster")
+        for number, endpoint in enumerate(cluster.endpoints):
+            yield from _unique_within(endpoints, endpoint.name, f"{block}.cluster.endpoints[{number}].name", "endpoint")
+        first = ports.setdefault((protocol, port), f"{block}.port")
+        if first != f"{block}.port":
+            yield Violation(f"{block}.port", f"{protocol} port {port} is taken by {first}: two listeners on one port")
+        if cluster.hash_key is not None and protocol == "TCP":
+            yield Violation(
+                f"{block}.cluster.hash_key",
+                "only a cluster behind a udp listener can hash on a key (Envoy's TCP proxy has no key hash policy)",
+            )
+        yield from _taken_names(review, "listener", listener.name, f"{base}.name")
+        yield from _taken_names(review, "cluster", cluster.name, f"{block}.cluster.name")
+        for number, endpoint in enumerate(cluster.endpoints):
+            yield from _taken_names(review, "endpoint", endpoint.name, f"{block}.cluster.endpoints[{number}].name")
+        yield from _taken_port(review, protocol, port, spec.selector, f"{block}.port")
+
+
+def _overlapping_on_port(review: Review, protocol: str, port: int, selector: Mapping[str, str]) -> list[JSONObject]:
+    """The other VirtualServices with a listener on protocol/port whose selector overlaps `selector`.
+
+    Found with set operations on the indexes, not by comparing selectors one by one: the objects on the port,
+    less those whose selector has one of this selector's keys with another value.
+    """
+    kind, where = VirtualService.resource.kind, (protocol, port)
+    found = set(review.view.keys(kind, "port", where))
+    for key, value in selector.items():
+        if not found:
+            break
+        found -= review.view.keys(kind, "port-label", (*where, key)) - review.view.keys(
+            kind, "port-label-value", (*where, key, value)
+        )
+    objects = (review.view.get(kind, *key) for key in sorted(found) if key != review.identity)
+    return [obj for obj in objects if obj is not None and not _metadata(obj).get("deletionTimestamp")]
+
+
+MAX_CONFLICTS = 3
+
+
+def _taken_port(
+    review: Review, protocol: str, port: int, selector: Mapping[str, str], field: str
+) -> Iterator[Violation]:
+    others = _overlapping_on_port(review, protocol, port, selector)
+    for other in others[:MAX_CONFLICTS]:
+        name = next(
+            (
+                listener.get("name")
+                for listener, p, block in _port_listeners(other)
+                if (p, block.get("port")) == (protocol, port)
+            ),
+            None,
+        )
+        yield Violation(
+            field,
+            f"{protocol} port {port} is taken by listener {name!r} of VirtualService {reference(other)}, whose "
+            f"selector {_selector_text(_selector(other))} overlaps this one's {_selector_text(selector)}: two "
+            "listeners on one port for overlapping selectors",
+        )
+    if len(others) > MAX_CONFLICTS:
+        yield Violation(field, f"{protocol} port {port} is taken by {len(others) - MAX_CONFLICTS} more VirtualServices")
+
+
+def _taken_names(review: Review, what: str, name: str, field: str) -> Iterator[Violation]:
+    for other in review.others(VirtualService, what, name):
+        yield Violation(
+            field,
+            f"{what} name {name!r} is already used by VirtualService {reference(other)}: {what} names are "
+            "unique across all VirtualServices",
+        )
+
+
+def _routed_ip_class(resource: ClusterRoutedIPClass, review: Review) -> Iterator[Violation]:
+    class_name = resource.spec.class_name
+    for other in review.others(ClusterRoutedIPClass, "className", class_name):
+        yield Violation(
+            "spec.className", f"className {class_name!r} is already served by ClusterRoutedIPClass {reference(other)}"
+        )
+
+
+def _routed_ip(resource: RoutedIP, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    yield from _unicast(spec.routed_ip, "spec.routedIP")
+    if not review.existing(ClusterRoutedIPClass, "className", spec.class_name):
+        yield Violation("spec.className", f"no ClusterRoutedIPClass has className {spec.class_name!r}", pending=True)
+    for other in review.others(RoutedIP, "routedIP", str(spec.routed_ip)):
+        yield Violation(
+            "spec.routedIP",
+            f"{spec.routed_ip} is already routed by RoutedIP {reference(other)}: one RoutedIP per address",
+        )
+
+
+def _goop(resource: Goop, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    if spec.job_count > review.limits.max_goop_jobs:
+        yield Violation(
+            "spec.jobCount", f"{spec.job_count} is above the configured maximum of {review.limits.max_goop_jobs}"
+        )
+    if spec.placement == "PerNode" and spec.job_count != 1:
+        yield Violation(
+            "spec.jobCount", "placement PerNode runs one worker per eligible node: jobCount applies to placement Jobs"
+        )
+    if spec.include_new_nodes and spec.placement != "PerNode":
+        yield Violation("spec.includeNewNodes", "applies to placement PerNode only")
+    if not spec.cmd.strip():
+        yield Violation("spec.cmd", "must not be blank")
+    yield from _label_violations(spec.node_selector, "spec.nodeSelector")
+
+
+def _remote_endpoint(resource: RemoteEndpoint, review: Review) -> Iterator[Violation]:
+    yield from _unicast(resource.spec.address, "spec.address")
+    if resource.spec.node_address is not None:
+        yield from _unicast(resource.spec.node_address, "spec.node-address")
+
+
+def _none(resource: Any, review: Review) -> Iterator[Violation]:
+    return iter(())
+
+
+Rule = Callable[[Any, Review], Iterator[Violation]]
+
+RULES: dict[Model, Rule] = {
+    EPIC: _epic,
+    Account: _account,
+    LBServiceGroup: _none,
+    LoadBalancer: _proxy,
+    GWProxy: _proxy,
+    RemoteEndpoint: _remote_endpoint,
+    VirtualService: _virtual_service,
+    ClusterRoutedIPClass: _routed_ip_class,
+    RoutedIP: _routed_ip,
+    Goop: _goop,
+}
+
+
+# ---- checks on the raw object, where a model validator would name the object instead of the field ----
+
+
+def _raw_node_port_range(obj: JSONObject) -> Iterator[Violation]:
+    value = _spec(obj).get("nodePortRange")
+    if isinstance(value, str):
+        try:
+            parse_port_range(value)
+        except ValueError as error:
+            yield Violation("spec.nodePortRange", str(error))
+
+
+def _no_raw_checks(obj: JSONObject) -> Iterator[Violation]:
+    return iter(())
+
+
+RAW_CHECKS: dict[Model, Callable[[JSONObject], Iterator[Violation]]] = {
+    ClusterRoutedIPClass: _raw_node_port_range,
+}
+
+
+def field_path(location: Iterable[int | str]) -> str:
+    """A pydantic error location as the API server writes field paths: `spec.public-ports[0].port`."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif IDENTIFIER.fullmatch(part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part}]"
+    return path
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return f" (got {json.dumps(value)})"
+    return ""
+
+
+def from_pydantic(error: ValidationError) -> list[Violation]:
+    """One violation per failing field; `int | str` fields failing both ways become one violation."""
+    violations: list[Violation] = []
+    unions: dict[tuple[int | str, ...], Any] = {}
+    for detail in error.errors(include_url=False, include_context=False):
+        location = tuple(detail["loc"])
+        if location and location[-1] in ("int", "str") and detail["type"] not in ("missing", "extra_forbidden"):
+            unions.setdefault(location[:-1], detail["input"])
+            continue
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        if detail["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif detail["type"] not in ("value_error", "missing"):
+            message += _got(detail["input"])
+        violations.append(Violation(field_path(location), message))
+    for location, value in unions.items():
+        violations.append(Violation(field_path(location), f"must be an integer or a string{_got(value)}"))
+    return violations
+
+
+def parse(model: Model, obj: JSONObject) -> tuple[CustomResource[Any, Any] | None, list[Violation]]:
+    """The object as its model (None when refused) and what breaks the model's own rules, named by field."""
+    body = {key: value for key, value in obj.items() if key != "status"}
+    raw = list(RAW_CHECKS.get(model, _no_raw_checks)(body))
+    try:
+        return model.model_validate(body), raw
+    except ValidationError as error:
+        reported = {violation.field for violation in raw}
+        # A model validator reports at its model's path; drop it where a raw check already named the field.
+        duplicates = reported | {field.rpartition(".")[0] for field in reported}
+        return None, raw + [violation for violation in from_pydantic(error) if violation.field not in duplicates]
+
+
+def validate(
+    model: Model,
+    obj: JSONObject,
+    old: JSONObject | None,
+    *,
+    namespace: str,
+    name: str,
+    view: View,
+    limits: Limits,
+) -> list[Violation]:
+    """Every rule `obj` breaks; empty when it may be stored. `old` is the stored object on an update."""
+    resource, violations = parse(model, obj)
+    if resource is None:
+        return violations
+    old_spec = _spec(old) if old is not None else None
+    review = Review(namespace=namespace, name=name, old_spec=old_spec, view=view, limits=limits)
+    return violations + list(RULES[model](resource, review))

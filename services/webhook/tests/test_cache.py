@@ -1,0 +1,74 @@
+"""The informer cache: objects by name and by index, kept right through updates, deletes and relists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tollgate.webhook.cache import store_for
+from tollgate.webhook.validation import INDEXES
+
+
+def vs(name: str, *listeners: tuple[str, int], namespace: str = "ns") -> dict[str, Any]:
+    return {
+        "apiVersion": "servicemesh.l7mp.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "listeners": [
+                {"name": listener, "udp": {"port": port, "cluster": {"name": f"{listener}-c", "endpoints": []}}}
+                for listener, port in listeners
+            ]
+        },
+    }
+
+
+def names(objects: Iterable[Any]) -> list[str]:
+    return [obj["metadata"]["name"] for obj in objects]
+
+
+def test_lookups_follow_updates_and_deletes() -> None:
+    store = store_for(INDEXES)
+    store.apply("VirtualService", "ADDED", vs("a", ("l1", 1000)))
+    store.apply("VirtualService", "ADDED", vs("b", ("l2", 1000)))
+    assert names(store.lookup("VirtualService", "port", ("UDP", 1000))) == ["a", "b"]
+    store.apply("VirtualService", "MODIFIED", vs("a", ("l3", 2000)))
+    assert names(store.lookup("VirtualService", "port", ("UDP", 1000))) == ["b"]
+    assert store.lookup("VirtualService", "listener", "l1") == []
+    assert names(store.lookup("VirtualService", "listener", "l3")) == ["a"]
+    assert names(store.lookup("VirtualService", "cluster", "l3-c")) == ["a"]
+    store.apply("VirtualService", "DELETED", vs("b", ("l2", 1000)))
+    assert store.lookup("VirtualService", "port", ("UDP", 1000)) == []
+    assert names(store.kinds["VirtualService"].objects.values()) == ["a"]
+
+
+def test_a_relist_replaces_everything_and_marks_the_kind_synced() -> None:
+    store = store_for(INDEXES)
+    assert "VirtualService" in store.unsynced()
+    store.apply("VirtualService", "ADDED", vs("gone", ("l", 1)))
+    store.replace("VirtualService", [vs("kept", ("m", 2))])
+    assert "VirtualService" not in store.unsynced()
+    assert store.lookup("VirtualService", "listener", "l") == []
+    assert store.get("VirtualService", "ns", "kept") is not None
+    assert store.get("VirtualService", "ns", "gone") is None
+
+
+def test_malformed_stored_objects_are_kept_and_indexed_where_readable() -> None:
+    store = store_for(INDEXES)
+    odd = {"kind": "VirtualService", "metadata": {"name": "odd", "namespace": "ns"}, "spec": {"listeners": "x"}}
+    unhashable = vs("unhashable", ("l", 1))
+    unhashable["spec"]["listeners"][0]["name"] = {"not": "a name"}
+    store.replace("VirtualService", [odd, unhashable])
+    assert store.get("VirtualService", "ns", "odd") is odd
+    assert names(store.lookup("VirtualService", "port", ("UDP", 1))) == ["unhashable"]
+    assert store.lookup("VirtualService", "listener", "unhashable") == []
+
+
+def test_listeners_hear_every_change() -> None:
+    store = store_for(INDEXES)
+    heard: list[int] = []
+    store.on_change(lambda: heard.append(1))
+    store.replace("RoutedIP", [])
+    store.apply("RoutedIP", "ADDED", {"metadata": {"name": "r", "namespace": "n"}, "spec": {"routedIP": "1.2.3.4"}})
+    assert len(heard) == 2
+    assert names(store.lookup("RoutedIP", "routedIP", "1.2.3.4")) == ["r"]

@@ -1,0 +1,502 @@
+"""Every validation rule, kind by kind: what it accepts and what it refuses, naming the field and the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tollgate.models import Goop, LoadBalancer
+from tollgate.webhook.validation import Limits, validate
+
+Obj = dict[str, Any]
+Check = Callable[..., list[str]]
+Sample = Callable[[str], Obj]
+
+
+def named(obj: Obj, name: str, namespace: str | None = None) -> Obj:
+    obj["metadata"]["name"] = name
+    if namespace is not None:
+        obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+# ---- EPIC ----
+
+
+def test_the_epic_singleton_is_accepted(check: Check, sample: Sample) -> None:
+    assert check(sample("EPIC")) == []
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "field"),
+    [("epic", "other", "metadata.name"), ("default", "epic", "metadata.namespace")],
+)
+def test_only_epic_epic_may_exist(check: Check, sample: Sample, namespace: str, name: str, field: str) -> None:
+    assert check(named(sample("EPIC"), name, namespace)) == [
+        f"{field}: only epic/epic may exist, not {namespace}/{name}"
+    ]
+
+
+# ---- Account ----
+
+
+def test_an_account_name_of_58_characters_makes_a_63_character_namespace(check: Check, sample: Sample) -> None:
+    assert check(named(sample("Account"), "a" * 58)) == []
+
+
+def test_an_account_name_too_long_for_its_namespace_is_refused(check: Check, sample: Sample) -> None:
+    assert check(named(sample("Account"), "a" * 59)) == [
+        f"metadata.name: the account's user namespace 'epic-{'a' * 59}' would be 64 characters, above the 63 of a "
+        "namespace name: an account name has at most 58"
+    ]
+
+
+def test_an_account_name_with_a_dot_is_refused(check: Check, sample: Sample) -> None:
+    (violation,) = check(named(sample("Account"), "acme.widgets"))
+    assert violation.startswith("metadata.name: the account's user namespace 'epic-acme.widgets' is not a valid")
+
+
+# ---- LoadBalancer and GWProxy ----
+
+
+@pytest.fixture
+def group(sample: Sample) -> Obj:
+    """The service group the sample load balancers name, in their namespace."""
+    return sample("LBServiceGroup")
+
+
+def test_the_seed_load_balancer_is_accepted_when_its_service_group_exists(
+    check: Check, sample: Sample, group: Obj
+) -> None:
+    assert check(sample("LoadBalancer"), group) == []
+
+
+def test_a_load_balancer_needs_its_service_group_in_its_namespace(check: Check, sample: Sample, group: Obj) -> None:
+    elsewhere = named(group, "sample", "epic-other")
+    assert check(sample("LoadBalancer"), elsewhere) == [
+        "spec.service-group: LBServiceGroup 'sample' does not exist in the account's namespace epic-root"
+    ]
+
+
+def test_a_missing_service_group_is_pending_the_cache(sample: Sample, store_with: Callable[..., Any]) -> None:
+    lb = sample("LoadBalancer")
+    (violation,) = validate(
+        LoadBalancer, lb, None, namespace="epic-root", name=lb["metadata"]["name"], view=store_with(), limits=Limits()
+    )
+    assert violation.pending
+
+
+@pytest.mark.parametrize(
+    "address", ["0.0.0.0", "0.1.2.3", "224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255"]
+)
+def test_a_public_address_must_be_unicast(check: Check, sample: Sample, group: Obj, address: str) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-address"] = address
+    (violation,) = check(lb, group)
+    assert violation.startswith(f"spec.public-address: {address} is not a unicast host address")
+
+
+@pytest.mark.parametrize("address", ["192.168.77.2", "203.0.113.7", "127.0.0.10", "10.1.2.3"])
+def test_unicast_public_addresses_are_accepted(check: Check, sample: Sample, group: Obj, address: str) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-address"] = address
+    assert check(lb, group) == []
+
+
+def test_a_public_address_must_be_an_ipv4_address(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-address"] = "192.168.77"
+    assert check(lb, group) == ['spec.public-address: Input is not a valid IPv4 address (got "192.168.77")']
+
+
+@pytest.mark.parametrize(("port", "rule"), [(0, "greater than or equal to 1"), (65536, "less than or equal to 65535")])
+def test_ports_are_within_1_and_65535(check: Check, sample: Sample, group: Obj, port: int, rule: str) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"][0]["port"] = port
+    assert check(lb, group) == [f"spec.public-ports[0].port: Input should be {rule} (got {port})"]
+
+
+def test_duplicate_port_protocol_pairs_are_refused(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"] = [
+        {"port": 80, "protocol": "TCP"},
+        {"port": 80, "protocol": "UDP"},
+        {"port": 443},
+        {"port": 80, "protocol": "TCP"},
+    ]
+    assert check(lb, group) == [
+        "spec.public-ports[3]: duplicate port/protocol pair 80/TCP (spec.public-ports[0] has it too)"
+    ]
+
+
+def test_a_defaulted_protocol_counts_as_tcp(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"] = [{"port": 53, "protocol": "TCP"}, {"port": 53}]
+    assert check(lb, group) == [
+        "spec.public-ports[1]: duplicate port/protocol pair 53/TCP (spec.public-ports[0] has it too)"
+    ]
+
+
+def test_duplicate_port_names_and_node_ports_are_refused(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"] = [
+        {"name": "web", "port": 80, "nodePort": 30080},
+        {"name": "web", "port": 81, "nodePort": 30080},
+    ]
+    assert check(lb, group) == [
+        "spec.public-ports[1].nodePort: duplicate nodePort 30080/TCP (spec.public-ports[0] has it too)",
+        "spec.public-ports[1].name: duplicate port name 'web' (spec.public-ports[0] has it too)",
+    ]
+
+
+def test_a_target_port_is_an_integer_or_a_name(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"][0]["targetPort"] = 1.5
+    assert check(lb, group) == ["spec.public-ports[0].targetPort: must be an integer or a string (got 1.5)"]
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (1, None)])
+def test_the_service_id_is_immutable_once_set(
+    check: Check, sample: Sample, group: Obj, before: int, after: int | None
+) -> None:
+    old = sample("LoadBalancer")
+    old["spec"]["service-id"] = before
+    new = sample("LoadBalancer")
+    new["spec"].pop("service-id")
+    if after is not None:
+        new["spec"]["service-id"] = after
+    assert check(new, group, old=old) == [
+        f"spec.service-id: is immutable once set (was {before}, now {'unset' if after is None else after})"
+    ]
+
+
+def test_a_service_id_may_be_set_once_and_kept(check: Check, sample: Sample, group: Obj) -> None:
+    unset = sample("LoadBalancer")
+    unset["spec"].pop("service-id")
+    assert check(sample("LoadBalancer"), group, old=unset) == []
+    assert check(sample("LoadBalancer"), group, old=sample("LoadBalancer")) == []
+
+
+def test_every_violation_is_reported_at_once(check: Check, sample: Sample) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-address"] = "0.0.0.0"
+    lb["spec"]["public-ports"].append(dict(lb["spec"]["public-ports"][0]))
+    assert [violation.split(":")[0] for violation in check(lb)] == [
+        "spec.public-address",
+        "spec.public-ports[1]",
+        "spec.public-ports[1].nodePort",
+        "spec.service-group",
+    ]
+
+
+def test_a_gateway_proxy_follows_the_load_balancer_rules(check: Check, sample: Sample, group: Obj) -> None:
+    proxy = sample("GWProxy")
+    assert check(proxy, group) == []
+    proxy["spec"]["public-ports"].append({"name": "other", "port": 80})
+    assert check(proxy, group) == [
+        "spec.public-ports[1]: duplicate port/protocol pair 80/TCP (spec.public-ports[0] has it too)"
+    ]
+
+
+# ---- VirtualService ----
+
+
+def listener(
+    name: str, port: int, protocol: str = "udp", cluster: str | None = None, endpoint: str | None = None
+) -> Obj:
+    return {
+        "name": name,
+        protocol: {
+            "port": port,
+            "cluster": {
+                "name": cluster or f"{name}-c",
+                "endpoints": [{"name": endpoint or f"{name}-e", "host": {"address": "10.0.0.1"}, "port": 7000}],
+            },
+        },
+    }
+
+
+def virtual_service(name: str, *listeners: Obj, selector: dict[str, str] | None = None, namespace: str = "ns") -> Obj:
+    return {
+        "apiVersion": "servicemesh.l7mp.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"app": "ingress"} if selector is None else selector, "listeners": list(listeners)},
+    }
+
+
+def test_the_seed_virtual_service_is_accepted(check: Check, sample: Sample) -> None:
+    assert check(sample("VirtualService")) == []
+
+
+def test_names_are_unique_within_a_virtual_service(check: Check) -> None:
+    vs = virtual_service(
+        "vs", listener("a", 1000, cluster="c", endpoint="e"), listener("a", 1001, cluster="c", endpoint="e")
+    )
+    assert check(vs) == [
+        "spec.listeners[1].name: duplicate listener name 'a' (spec.listeners[0].name has it too): listener names "
+        "are unique",
+        "spec.listeners[1].udp.cluster.name: duplicate cluster name 'c' (spec.listeners[0].udp.cluster.name has it "
+        "too): cluster names are unique",
+        "spec.listeners[1].udp.cluster.endpoints[0].name: duplicate endpoint name 'e' "
+        "(spec.listeners[0].udp.cluster.endpoints[0].name has it too): endpoint names are unique",
+    ]
+
+
+def test_names_are_unique_across_virtual_services(check: Check) -> None:
+    existing = virtual_service("first", listener("l", 1000, cluster="c", endpoint="e"), namespace="other")
+    vs = virtual_service("second", listener("l", 2000, cluster="c", endpoint="e"), selector={"app": "elsewhere"})
+    assert check(vs, existing) == [
+        "spec.listeners[0].name: listener name 'l' is already used by VirtualService other/first: listener names are "
+        "unique across all VirtualServices",
+        "spec.listeners[0].udp.cluster.name: cluster name 'c' is already used by VirtualService other/first: cluster "
+        "names are unique across all VirtualServices",
+        "spec.listeners[0].udp.cluster.endpoints[0].name: endpoint name 'e' is already used by VirtualService "
+        "other/first: endpoint names are unique across all VirtualServices",
+    ]
+
+
+def test_an_update_does_not_conflict_with_its_own_stored_version(check: Check) -> None:
+    stored = virtual_service("vs", listener("l", 1000))
+    assert check(virtual_service("vs", listener("l", 1000), listener("m", 1001)), stored, old=stored) == []
+
+
+def test_an_object_being_deleted_frees_its_names_and_ports(check: Check) -> None:
+    leaving = virtual_service("old", listener("l", 1000))
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert check(virtual_service("new", listener("l", 1000)), leaving) == []
+
+
+def test_two_listeners_of_one_virtual_service_cannot_share_a_port(check: Check) -> None:
+    vs = virtual_service("vs", listener("a", 1000), listener("b", 1000), listener("c", 1000, "tcp"))
+    assert check(vs) == [
+        "spec.listeners[1].udp.port: UDP port 1000 is taken by spec.listeners[0].udp.port: two listeners on one port"
+    ]
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [{"app": "ingress"}, {}, {"app": "ingress", "zone": "a"}, {"zone": "a"}],
+    ids=["same", "empty", "narrower", "other-key"],
+)
+def test_a_port_is_taken_for_overlapping_selectors(check: Check, selector: dict[str, str]) -> None:
+    existing = virtual_service("first", listener("a", 2001))
+    vs = virtual_service("second", listener("b", 2001), selector=selector)
+    (violation,) = check(vs, existing)
+    assert violation.startswith(
+        "spec.listeners[0].udp.port: UDP port 2001 is taken by listener 'a' of VirtualService ns/first, whose selector "
+        "app=ingress overlaps this one's"
+    )
+
+
+def test_a_port_is_free_for_disjoint_selectors_or_another_protocol(check: Check) -> None:
+    existing = virtual_service("first", listener("a", 2001))
+    assert check(virtual_service("second", listener("b", 2001), selector={"app": "other"}), existing) == []
+    assert check(virtual_service("third", listener("c", 2001, "tcp")), existing) == []
+
+
+def test_hash_key_needs_a_cluster_that_can_hash(check: Check) -> None:
+    udp, tcp = listener("u", 1000), listener("t", 1001, "tcp")
+    udp["udp"]["cluster"]["hash_key"] = "callid"
+    tcp["tcp"]["cluster"]["hash_key"] = "callid"
+    assert check(virtual_service("vs", udp, tcp)) == [
+        "spec.listeners[1].tcp.cluster.hash_key: only a cluster behind a udp listener can hash on a key (Envoy's TCP "
+        "proxy has no key hash policy)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("host", "got"), [({"selector": {"app": "w"}, "address": "a"}, "selector, address"), ({}, "none")]
+)
+def test_a_host_is_exactly_one_of_selector_and_address(check: Check, host: Obj, got: str) -> None:
+    one = listener("l", 1000)
+    one["udp"]["cluster"]["endpoints"][0]["host"] = host
+    assert check(virtual_service("vs", one)) == [
+        f"spec.listeners[0].udp.cluster.endpoints[0].host: exactly one of selector, address must be set (got {got})"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("health_check", "violation"),
+    [
+        ({"interval": 499}, "interval: Input should be greater than or equal to 500 (got 499)"),
+        ({"protocol": "HTTP"}, "protocol: Input should be 'TCP' (got \"HTTP\")"),
+    ],
+)
+def test_health_checks_are_tcp_and_500_ms_apart_at_least(check: Check, health_check: Obj, violation: str) -> None:
+    one = listener("l", 1000)
+    one["udp"]["cluster"]["health_check"] = health_check
+    assert check(virtual_service("vs", one)) == [f"spec.listeners[0].udp.cluster.health_check.{violation}"]
+
+
+def test_a_listener_is_udp_or_tcp(check: Check) -> None:
+    both = listener("l", 1000)
+    both["tcp"] = both["udp"]
+    assert check(virtual_service("vs", both)) == [
+        "spec.listeners[0]: exactly one of udp, tcp must be set (got udp, tcp)"
+    ]
+
+
+# ---- ClusterRoutedIPClass and RoutedIP ----
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        ("32767-30000", "'32767-30000': need 1 <= LOW <= HIGH <= 65535"),
+        ("30000-70000", "'30000-70000': need 1 <= LOW <= HIGH <= 65535"),
+        ("thirty", "'thirty' is not a port range of the form LOW-HIGH"),
+    ],
+)
+def test_a_node_port_range_is_low_high_within_1_and_65535(check: Check, sample: Sample, value: str, rule: str) -> None:
+    routed_class = sample("ClusterRoutedIPClass")
+    routed_class["spec"]["nodePortRange"] = value
+    assert check(routed_class) == [f"spec.nodePortRange: {rule}"]
+
+
+@pytest.mark.parametrize("limit", [0, 257])
+def test_the_per_node_limit_is_within_1_and_256(check: Check, sample: Sample, limit: int) -> None:
+    routed_class = sample("ClusterRoutedIPClass")
+    routed_class["spec"]["perNodeIPLimit"] = limit
+    (violation,) = check(routed_class)
+    assert violation.startswith("spec.perNodeIPLimit: Input should be") and violation.endswith(f"(got {limit})")
+
+
+def test_a_class_name_is_served_by_one_class(check: Check, sample: Sample) -> None:
+    first = sample("ClusterRoutedIPClass")
+    second = named(sample("ClusterRoutedIPClass"), "another")
+    assert check(second, first) == [
+        f"spec.className: className 'local' is already served by ClusterRoutedIPClass {first['metadata']['name']}"
+    ]
+    assert check(first, first) == []
+
+
+@pytest.fixture
+def routed_class(sample: Sample) -> Obj:
+    """A class serving the sample RoutedIP's className."""
+    obj = sample("ClusterRoutedIPClass")
+    obj["spec"]["className"] = sample("RoutedIP")["spec"]["className"]
+    return obj
+
+
+def test_a_routed_ip_of_an_existing_class_is_accepted(check: Check, sample: Sample, routed_class: Obj) -> None:
+    assert check(sample("RoutedIP"), routed_class) == []
+
+
+def test_a_routed_ip_needs_its_class(check: Check, sample: Sample, routed_class: Obj) -> None:
+    routed_class["spec"]["className"] = "another"
+    assert check(sample("RoutedIP"), routed_class) == ["spec.className: no ClusterRoutedIPClass has className 'local'"]
+
+
+@pytest.mark.parametrize(
+    ("address", "violation"),
+    [
+        ("0.0.0.0", "spec.routedIP: 0.0.0.0 is not a unicast host address"),
+        ("230.1.2.3", "spec.routedIP: 230.1.2.3 is not a unicast host address"),
+        ("203.0.113.300", 'spec.routedIP: Input is not a valid IPv4 address (got "203.0.113.300")'),
+        ("2001:db8::1", 'spec.routedIP: Input is not a valid IPv4 address (got "2001:db8::1")'),
+    ],
+)
+def test_a_routed_ip_is_a_unicast_ipv4_address(
+    check: Check, sample: Sample, routed_class: Obj, address: str, violation: str
+) -> None:
+    routed = sample("RoutedIP")
+    routed["spec"]["routedIP"] = address
+    (found,) = check(routed, routed_class)
+    assert found.startswith(violation)
+
+
+def test_one_routed_ip_per_address(check: Check, sample: Sample, routed_class: Obj) -> None:
+    first = named(sample("RoutedIP"), "first", "elsewhere")
+    assert check(sample("RoutedIP"), routed_class, first) == [
+        "spec.routedIP: 203.0.113.10 is already routed by RoutedIP elsewhere/first: one RoutedIP per address"
+    ]
+    assert check(first, routed_class, first) == []
+
+
+# ---- Goop ----
+
+
+def test_the_goop_samples_are_accepted(check: Check, sample: Sample) -> None:
+    assert check(sample("Goop")) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "violation"),
+    [
+        ({"jobCount": 101}, "spec.jobCount: 101 is above the configured maximum of 100"),
+        ({"jobCount": 0}, "spec.jobCount: Input should be greater than or equal to 1 (got 0)"),
+        ({"cmd": "  \t"}, "spec.cmd: must not be blank"),
+        ({"cmd": ""}, 'spec.cmd: String should have at least 1 character (got "")'),
+        (
+            {"placement": "PerNode", "jobCount": 3},
+            "spec.jobCount: placement PerNode runs one worker per eligible node: jobCount applies to placement Jobs",
+        ),
+        ({"includeNewNodes": True}, "spec.includeNewNodes: applies to placement PerNode only"),
+        ({"placement": "Everywhere"}, "spec.placement: Input should be 'Jobs' or 'PerNode' (got \"Everywhere\")"),
+        (
+            {"nodeSelector": {"bad key!": "x"}},
+            "spec.nodeSelector[bad key!]: 'bad key!' is not a valid label key ([prefix/]name, name at most 63)",
+        ),
+    ],
+)
+def test_goop_rules(check: Check, sample: Sample, spec: Obj, violation: str) -> None:
+    goop = sample("Goop")
+    goop["spec"].update(spec)
+    assert check(goop) == [violation]
+
+
+def test_the_job_count_maximum_is_configured(check: Check, sample: Sample) -> None:
+    goop = sample("Goop")
+    goop["spec"]["jobCount"] = 300
+    assert check(goop, limits=Limits(max_goop_jobs=500)) == []
+
+
+# ---- the rest ----
+
+
+def test_a_remote_endpoint_is_a_unicast_address(check: Check, sample: Sample) -> None:
+    endpoint = sample("RemoteEndpoint")
+    assert check(endpoint) == []
+    endpoint["spec"]["address"] = "0.0.0.0"
+    (violation,) = check(endpoint)
+    assert violation.startswith("spec.address: 0.0.0.0 is not a unicast host address")
+
+
+def test_a_wrong_api_version_is_named(sample: Sample, store_with: Callable[..., Any]) -> None:
+    goop = sample("Goop")
+    goop["apiVersion"] = "goop.example.com/v1"
+    violations = validate(Goop, goop, None, namespace="default", name="g", view=store_with(), limits=Limits())
+    assert [str(v) for v in violations] == [
+        "apiVersion/kind: expected goop.example.com/v1alpha1 Goop, got goop.example.com/v1 Goop"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("selector", "overlaps"),
+    [
+        ({"app": "a", "zone": "2"}, False),
+        ({"app": "a"}, True),
+        ({"zone": "1", "tier": "edge"}, True),
+        ({"app": "b"}, False),
+    ],
+)
+def test_selectors_overlap_unless_a_shared_key_differs(check: Check, selector: dict[str, str], overlaps: bool) -> None:
+    existing = virtual_service("first", listener("a", 2001), selector={"app": "a", "zone": "1"})
+    assert bool(check(virtual_service("second", listener("b", 2001), selector=selector), existing)) == overlaps
+
+
+def test_thousands_of_listeners_on_one_port_for_disjoint_selectors(check: Check) -> None:
+    existing = [virtual_service(f"vs{i}", listener(f"l{i}", 2001), selector={"app": f"a{i}"}) for i in range(3000)]
+    assert check(virtual_service("new", listener("new", 2001), selector={"app": "new"}), *existing) == []
+    (violation,) = check(virtual_service("new", listener("new", 2001), selector={"app": "a7"}), *existing)
+    assert "is taken by listener 'l7' of VirtualService ns/vs7" in violation
+
+
+def test_a_port_conflict_names_three_objects_and_counts_the_rest(check: Check) -> None:
+    existing = [virtual_service(f"vs{i}", listener(f"l{i}", 2001), selector={"app": f"a{i}"}) for i in range(5)]
+    violations = check(virtual_service("new", listener("new", 2001), selector={}), *existing)
+    assert len(violations) == 4
+    assert violations[-1] == "spec.listeners[0].udp.port: UDP port 2001 is taken by 2 more VirtualServices"
