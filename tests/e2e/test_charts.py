@@ -98,3 +98,39 @@ def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str
     result = helm("template", "x", str(chart), "-f", "-", stdin=yaml.safe_dump(values))
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def test_webhook_chart_generates_a_ca_and_registers_every_kind() -> None:
+    objects = render_chart("webhook")
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    configurations = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+    assert sorted(c["kind"] for c in configurations) == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    for configuration in configurations:
+        assert len(configuration["webhooks"]) == 10
+        for hook in configuration["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+            assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
+            assert hook["clientConfig"]["service"]["name"] == "tollgate-webhook"
+            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
+
+
+def test_webhook_chart_uses_cert_manager_when_it_is_served() -> None:
+    result = helm(
+        "template",
+        "tollgate-webhook",
+        str(chart_dir("webhook")),
+        "-n",
+        NAMESPACE,
+        "--api-versions",
+        "cert-manager.io/v1",
+    )
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    kinds = {o["kind"] for o in objects}
+    assert {"Certificate", "Issuer"} <= kinds
+    assert "Secret" not in kinds
+    configuration = next(o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/tollgate-webhook"
