@@ -32,7 +32,11 @@ class SecretReference(WireModel):
 
 
 class DigitalOceanSettings(WireModel):
-    firewall_id: str | None = Field(default=None, alias="firewallID", description="Cloud Firewall to open.")
+    firewall_id: str | None = Field(
+        default=None,
+        alias="firewallID",
+        description="Cloud Firewall dedicated to this class: its droplets and inbound rules are managed entirely.",
+    )
     api_url: str = Field(default="https://api.digitalocean.com", alias="apiURL")
     token_key: str = Field(default="token", alias="tokenKey", description="Key of the API token in the Secret.")
 
@@ -61,7 +65,10 @@ class ClusterRoutedIPClassSpec(WireModel):
         default=10,
         alias="moveCooldownSeconds",
         ge=0,
-        description="Least time between two moves of one IP while its holder is still eligible.",
+        description=(
+            "Least time between two moves of one IP while its holder can still serve it (cordoned, tainted, over "
+            "the limit); a holder that is NotReady, deleted or without a ready endpoint loses the IP at once."
+        ),
     )
     from_secrets_ref: list[SecretReference] = Field(default_factory=list, alias="fromSecretsRef")
     update_routed_ip: dict[str, Any] | None = opaque("Job spec that assigns the IP (provider job).", "updateRoutedIP")
@@ -94,6 +101,7 @@ class ClusterRoutedIPClass(CustomResource[ClusterRoutedIPClassSpec, ClusterRoute
             PrinterColumn(name="Class", type="string", json_path=".spec.className"),
             PrinterColumn(name="Provider", type="string", json_path=".spec.provider"),
             PrinterColumn(name="Per-Node", type="integer", json_path=".spec.perNodeIPLimit"),
+            PrinterColumn(name="Accepted", type="string", json_path='.status.conditions[?(@.type=="Accepted")].status'),
             PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp"),
         ],
     )
@@ -134,5 +142,6 @@ class RoutedIP(CustomResource[RoutedIPSpec, RoutedIPStatus]):
             PrinterColumn(name="Node", type="string", json_path=".status.assignedNode"),
             PrinterColumn(name="Ready", type="string", json_path='.status.conditions[?(@.type=="Ready")].status'),
             PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp"),
+            PrinterColumn(name="Target", type="string", json_path=".status.targetNode", priority=1),
         ],
     )

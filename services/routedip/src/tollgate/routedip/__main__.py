@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import sys
 
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
+from tollgate.routedip.handlers import build_registry
+from tollgate.routedip.k8s import Kube
+from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 
@@ -14,10 +19,39 @@ class Settings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_", extra="ignore")
 
     service_name: str = "tollgate-routedip"
+    system_namespace: str = Field(
+        default="tollgate-system",
+        validation_alias=AliasChoices("TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE", "POD_NAMESPACE"),
+        description="Namespace the controller runs in: Job-provider Jobs run here, fromSecretsRef Secrets live here "
+        "(POD_NAMESPACE when unset).",
+    )
+    workers: int = Field(default=32, ge=1, le=256, description="Routed IPs reconciled at once.")
+    job_wait_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for a provider Job per pass.")
+    failpoints: str = Field(
+        default="",
+        description=f"Comma-separated crash points for resilience tests ({', '.join(FAILPOINTS)}): the process exits "
+        "abruptly on reaching one.",
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
-    raise NotImplementedError("tollgate.routedip is not implemented yet (issue #6)")
+    failpoints = frozenset(p.strip() for p in settings.failpoints.split(",") if p.strip())
+    unknown = failpoints - set(FAILPOINTS)
+    if unknown:
+        raise ValueError(f"TOLLGATE_ROUTEDIP_FAILPOINTS: unknown failpoint(s) {sorted(unknown)}; known: {FAILPOINTS}")
+    kube = Kube(settings.kubeconfig, threads=max(8, settings.workers * 2))
+    config = ControllerConfig(
+        system_namespace=settings.system_namespace,
+        workers=settings.workers,
+        failpoints=failpoints,
+        job_wait_timeout=settings.job_wait_timeout,
+    )
+    controller = Controller(kube, config, context.telemetry)
+    try:
+        await run_operator(settings, context, build_registry(controller))
+    finally:
+        await controller.stop()
+        kube.close()
 
 
 if __name__ == "__main__":

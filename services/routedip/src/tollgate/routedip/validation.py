@@ -1,0 +1,73 @@
+"""Whether a ClusterRoutedIPClass can be served, as a pure function: each problem names the field and rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tollgate.routedip.state import ClassState
+
+# DigitalOcean allows one reserved IP per droplet.
+DIGITALOCEAN_IPS_PER_DROPLET = 1
+
+
+def class_problems(
+    state: ClassState, system_namespace: str, same_class_name: Iterable[str] = ()
+) -> list[tuple[str, str]]:
+    """(reason, message) for everything that stops the class from being served; empty when it can be."""
+    if state.spec is None:
+        return [("InvalidSpec", state.spec_error or "spec: invalid")]
+    spec = state.spec
+    problems: list[tuple[str, str]] = []
+    others = sorted(set(same_class_name) - {state.name})
+    if others:
+        problems.append(
+            (
+                "DuplicateClassName",
+                f"spec.className: {spec.class_name!r} is also the className of ClusterRoutedIPClass "
+                f"{', '.join(others)}; a className must name one class",
+            )
+        )
+    for index, ref in enumerate(spec.from_secrets_ref):
+        if ref.namespace != system_namespace:
+            problems.append(
+                (
+                    "SecretOutOfReach",
+                    f"spec.fromSecretsRef[{index}].namespace: must be {system_namespace!r}, the namespace "
+                    f"tollgate-routedip runs in (got {ref.namespace!r})",
+                )
+            )
+    if spec.provider == "digitalocean":
+        if spec.per_node_ip_limit > DIGITALOCEAN_IPS_PER_DROPLET:
+            problems.append(
+                (
+                    "PerNodeIPLimitUnsupported",
+                    f"spec.perNodeIPLimit: DigitalOcean allows {DIGITALOCEAN_IPS_PER_DROPLET} reserved IP per "
+                    f"droplet; got {spec.per_node_ip_limit}",
+                )
+            )
+        if not spec.from_secrets_ref:
+            problems.append(
+                (
+                    "MissingCredentials",
+                    "spec.fromSecretsRef: the digitalocean provider needs a Secret holding the API token "
+                    f"(key {(spec.digitalocean.token_key if spec.digitalocean else 'token')!r})",
+                )
+            )
+    if spec.provider == "job" and not spec.update_routed_ip:
+        problems.append(("MissingJobTemplate", "spec.updateRoutedIP: required when spec.provider is job"))
+    for field, template in (("updateRoutedIP", spec.update_routed_ip), ("updateFirewall", spec.update_firewall)):
+        if template is None:
+            continue
+        pod_spec = (template.get("template") or {}).get("spec") or {}
+        if not pod_spec.get("containers"):
+            problems.append(
+                (
+                    "InvalidJobTemplate",
+                    f"spec.{field}.template.spec.containers: a Job spec needs at least one container",
+                )
+            )
+        elif pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
+            problems.append(
+                ("InvalidJobTemplate", f"spec.{field}.template.spec.restartPolicy: must be Never or OnFailure")
+            )
+    return problems
