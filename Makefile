@@ -26,7 +26,7 @@ $(CACHE_DIR)/uv/bin/uv:
 
 .PHONY: sync
 sync: $(UV) ## install the Python packages (uv workspace, locked)
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --quiet --compile-bytecode
 
 .PHONY: tools
 tools: ## build or fetch the control-plane binaries (cached, idempotent)

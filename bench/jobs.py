@@ -79,8 +79,8 @@ def run_until(
     create()
     done: set[str] = set()
     while (left := started + timeout - time.monotonic()) > 0:
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(list_call, resource_version=version, timeout_seconds=max(1, int(left))):  # type: ignore[no-untyped-call]
+        stream = watch.Watch()
+        for event in stream.stream(list_call, resource_version=version, timeout_seconds=max(1, int(left))):
             if event["type"] == "ERROR":  # e.g. 410 Gone: catch up from a fresh list
                 listed = list_call()
                 done.update(n for n in map(finished, listed["items"]) if n is not None)
@@ -91,7 +91,7 @@ def run_until(
             if name is not None:
                 done.add(name)
             if len(done) == count:
-                stream.stop()  # type: ignore[no-untyped-call]
+                stream.stop()
                 return time.monotonic() - started
     raise TimeoutError(f"only {len(done)} of {count} finished within {timeout:.0f} s")
 
@@ -126,7 +126,7 @@ def direct_jobs(kube: client.ApiClient, core: client.CoreV1Api, goops: int, jobs
     def list_jobs(**kwargs: Any) -> Any:
         """Plain dicts, like the watch events of a wrapped list call."""
         result = batch.list_namespaced_job(namespace, **kwargs)
-        return result if kwargs.get("watch") else kube.sanitize_for_serialization(result)  # type: ignore[no-untyped-call]
+        return result if kwargs.get("watch") else kube.sanitize_for_serialization(result)
 
     try:
         version = str(list_jobs()["metadata"]["resourceVersion"])

@@ -91,7 +91,7 @@ class Client:
 
     def __init__(self, kubeconfig: Path) -> None:
         configuration = client.Configuration()
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         self.host = configuration.host
         self.ssl = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
         if configuration.cert_file:

@@ -12,19 +12,29 @@ datagram and one TCP connection through a real Envoy to echo servers, and prints
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import yaml
+
+from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
 from tollgate.testing.cluster import EmbeddedCluster, dev_cluster
+from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
+from tollgate.testing.wait import wait_for
+
+T = TypeVar("T")
 
 XDS_PORT = 18000
 XDS_DEBUG_PORT = 18080
@@ -46,7 +56,11 @@ def components(dev_dir: Path) -> list[Component]:
         Component(
             "webhook",
             "tollgate.webhook",
-            {"TOLLGATE_WEBHOOK_PORT": str(WEBHOOK_PORT), "TOLLGATE_WEBHOOK_CERT_DIR": str(dev_dir / "webhook-certs")},
+            {
+                "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
+                "TOLLGATE_WEBHOOK_PORT": str(WEBHOOK_PORT),
+                "TOLLGATE_WEBHOOK_CERT_DIR": str(dev_dir / "webhook"),
+            },
             {"admission": f"https://127.0.0.1:{WEBHOOK_PORT}"},
         ),
         Component(
@@ -62,12 +76,14 @@ def components(dev_dir: Path) -> list[Component]:
             "xds",
             "tollgate.xds",
             {
-                "TOLLGATE_XDS_GRPC_ADDRESS": f"127.0.0.1:{XDS_PORT}",
-                "TOLLGATE_XDS_DEBUG_ADDRESS": f"127.0.0.1:{XDS_DEBUG_PORT}",
+                "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
+                "TOLLGATE_XDS_GRPC_PORT": str(XDS_PORT),
+                "TOLLGATE_XDS_API_HOST": "127.0.0.1",
+                "TOLLGATE_XDS_API_PORT": str(XDS_DEBUG_PORT),
             },
-            {"ads": f"127.0.0.1:{XDS_PORT}", "debug": f"http://127.0.0.1:{XDS_DEBUG_PORT}"},
+            {"ads": f"127.0.0.1:{XDS_PORT}", "debug": f"http://127.0.0.1:{XDS_DEBUG_PORT}/debug/envoys"},
         ),
-        Component("routedip", "tollgate.routedip"),
+        Component("routedip", "tollgate.routedip", {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": "tollgate-system"}),
         Component("jobs", "tollgate.jobs"),
     ]
 
@@ -78,6 +94,8 @@ class DevSystem:
         self.dev_dir = root / ".dev"
         self.cluster: EmbeddedCluster = dev_cluster(root)
         self.processes: dict[str, ServiceProcess] = {}
+        self.echo: EchoThread | None = None
+        self.proof: list[str] = []
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -87,6 +105,8 @@ class DevSystem:
         self.say(f"cluster ready in {seconds:.1f} s (KUBECONFIG={self.cluster.kubeconfig})")
         self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.root / "crds"))
         self.cluster.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        self.cluster.kubectl("create", "namespace", "tollgate-system", check=False)
+        self._webhook_cli("certs", "--dir", str(self.dev_dir / "webhook"), "--host", "127.0.0.1")
         for component in components(self.dev_dir):
             process = ServiceProcess(
                 component.name,
@@ -96,17 +116,75 @@ class DevSystem:
                 module=component.module,
             )
             self.processes[component.name] = process
-            process.start().wait_ready(timeout=90)
+            process.start().wait_ready(timeout=120)
             self.say(f"  {component.name:<10} ready   health {process.health_url}")
+            if component.name == "webhook":
+                self._register_webhook()
         for sample in sorted((self.root / "deploy" / "samples").glob("*.yaml"), key=_sample_order):
             self.cluster.kubectl("apply", "-f", str(sample))
         self.say("samples applied")
+        self.proof = self.prove_data_path()
+
+    def _webhook_cli(self, *args: str) -> str:
+        command = [sys.executable, "-m", "tollgate.webhook.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+    def _register_webhook(self) -> None:
+        configurations = self._webhook_cli(
+            "configurations",
+            "--url",
+            f"https://127.0.0.1:{WEBHOOK_PORT}",
+            "--ca-file",
+            str(self.dev_dir / "webhook" / "ca.crt"),
+        )
+        self.cluster.kubectl("apply", "-f", "-", stdin=configurations)
+        self.say("  webhook    registered for every kind")
+
+    def _deregister_webhook(self) -> None:
+        # failurePolicy is Fail: a registration left behind would refuse every tollgate object.
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            self.cluster.kubectl("delete", kind, "tollgate-webhook", "--ignore-not-found", check=False)
+
+    def prove_data_path(self) -> list[str]:
+        """One datagram and one TCP connection through a real Envoy, configured by a VirtualService."""
+        echo = self.echo = EchoThread()
+        udp_port, tcp_port = echo.start()
+        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(proof_objects(udp_port, tcp_port)))
+        pod_ip = wait_for(
+            lambda: (
+                self.cluster.kubectl(
+                    "get", "pod", "dev-proxy", "-n", PROOF_NAMESPACE, "-o", "jsonpath={.status.podIP}", check=False
+                ).stdout
+            ),
+            "the dev-proxy Envoy pod to get an IP",
+            timeout=120,
+        )
+        udp_reply = wait_for(
+            lambda: echo.call(udp_request(pod_ip, PROOF_UDP_PORT, b"datagram from make dev", timeout=1)),
+            f"a UDP reply through Envoy at {pod_ip}:{PROOF_UDP_PORT}",
+            timeout=120,
+            ignore=(OSError, TimeoutError),
+        )
+        tcp_reply = wait_for(
+            lambda: echo.call(tcp_request(pod_ip, PROOF_TCP_PORT, b"stream from make dev", timeout=1)),
+            f"a TCP reply through Envoy at {pod_ip}:{PROOF_TCP_PORT}",
+            timeout=60,
+            ignore=(OSError, TimeoutError),
+        )
+        return [
+            f"  UDP  {pod_ip}:{PROOF_UDP_PORT} -> Envoy -> {udp_reply.decode()!r}",
+            f"  TCP  {pod_ip}:{PROOF_TCP_PORT} -> Envoy -> {tcp_reply.decode()!r}",
+        ]
 
     def stop(self) -> None:
+        if "webhook" in self.processes:
+            self._deregister_webhook()
         for name, process in reversed(self.processes.items()):
             code = process.stop()
             self.say(f"  {name:<10} stopped (exit {code})")
         self.processes.clear()
+        if self.echo is not None:
+            self.echo.stop()
 
     def summary(self) -> str:
         lines = ["", "tollgate dev system", "", "services:"]
@@ -123,6 +201,7 @@ class DevSystem:
         lines += [f"  {lb:<40} {address:<16} tunnel {tunnel}" for lb, address, tunnel in self._tunnels()] or ["  none"]
         lines += ["", "Envoy proxies:"]
         lines += self._proxies() or ["  none"]
+        lines += ["", "data path (echo servers answer with their name):", *self.proof]
         return "\n".join(lines) + "\n"
 
     def _get(self, resource: str) -> list[dict[str, Any]]:
@@ -148,7 +227,8 @@ class DevSystem:
         return rows
 
     def _proxies(self) -> list[str]:
-        sync = _http_json(f"http://127.0.0.1:{XDS_DEBUG_PORT}/debug/sync") or {}
+        envoys = _http_json(f"http://127.0.0.1:{XDS_DEBUG_PORT}/debug/envoys") or []
+        sync = {e["node"]: "in sync" if e.get("in_sync") else "syncing" for e in envoys if isinstance(e, dict)}
         rows = []
         for pod in self._get("pods"):
             labels = pod["metadata"].get("labels", {})
@@ -156,11 +236,93 @@ class DevSystem:
                 continue
             node = f"{pod['metadata']['name']}.{pod['metadata']['namespace']}"
             ready: dict[str, str] = next((c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), {})
-            state = sync.get(node, {}).get("state", "not connected") if isinstance(sync, dict) else "?"
+            state = sync.get(node, "not connected")
             rows.append(
                 f"  {node:<50} {pod['status'].get('podIP', '-'):<12} {ready.get('reason', '-'):<12} xds {state}"
             )
         return rows
+
+
+PROOF_NAMESPACE = "tollgate-dev"
+PROOF_UDP_PORT, PROOF_TCP_PORT = 7001, 7002
+
+
+def proof_objects(udp_port: int, tcp_port: int) -> list[dict[str, Any]]:
+    """An Envoy pod fed by the xds service, and a VirtualService routing to the dev echo servers."""
+    labels = {ENVOY_PROXY_LABEL: "true", "app": "dev-proxy"}
+
+    def listener(protocol: str, port: int, upstream: int) -> dict[str, Any]:
+        cluster = {
+            "name": f"dev-echo-{protocol}",
+            "endpoints": [{"name": f"echo-{protocol}", "host": {"address": "127.0.0.1"}, "port": upstream}],
+        }
+        return {"name": f"dev-{protocol}", protocol: {"port": port, "cluster": cluster}}
+
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROOF_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "dev-proxy", "namespace": PROOF_NAMESPACE},
+            "data": {BOOTSTRAP_KEY: yaml.safe_dump(ads_bootstrap("127.0.0.1", XDS_PORT))},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "dev-proxy", "namespace": PROOF_NAMESPACE, "labels": labels},
+            "spec": {
+                "containers": [
+                    {
+                        "name": ENVOY_CONTAINER,
+                        "image": "envoyproxy/envoy:v1.40.0",
+                        "args": [
+                            "-c",
+                            f"/etc/envoy/{BOOTSTRAP_KEY}",
+                            "--service-node",
+                            "dev-proxy.tollgate-dev",
+                            "--service-cluster",
+                            "dev",
+                        ],
+                        "volumeMounts": [{"name": "bootstrap", "mountPath": "/etc/envoy"}],
+                    }
+                ],
+                "volumes": [{"name": "bootstrap", "configMap": {"name": "dev-proxy"}}],
+            },
+        },
+        {
+            "apiVersion": "servicemesh.l7mp.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "dev-proof", "namespace": PROOF_NAMESPACE},
+            "spec": {
+                "selector": {"app": "dev-proxy"},
+                "listeners": [listener("udp", PROOF_UDP_PORT, udp_port), listener("tcp", PROOF_TCP_PORT, tcp_port)],
+            },
+        },
+    ]
+
+
+class EchoThread:
+    """UDP and TCP echo servers on 127.0.0.1, in an event loop of their own for the life of the dev system."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.udp = UDPEcho("127.0.0.1", name="udp-echo")
+        self.tcp = TCPEcho("127.0.0.1", name="tcp-echo")
+
+    def start(self) -> tuple[int, int]:
+        self.thread.start()
+        self.call(self.udp.start())
+        self.call(self.tcp.start())
+        return self.udp.port, self.tcp.port
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        self.call(self.udp.stop())
+        self.call(self.tcp.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def _sample_order(path: Path) -> tuple[bool, str]:

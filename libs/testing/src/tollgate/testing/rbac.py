@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,8 +21,8 @@ def chart_dir(service: str) -> Path:
 
 
 def render_chart(
-    service: str, namespace: str = NAMESPACE, values: dict[str, object] | None = None
-) -> list[dict[str, object]]:
+    service: str, namespace: str = NAMESPACE, values: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """`helm template` of the service's chart (release `tollgate-<service>`), as a list of objects."""
     chart = chart_dir(service)
     if not (chart / "charts").exists():
@@ -39,7 +40,7 @@ def service_account_kubeconfig(cluster: EmbeddedCluster, service: str, directory
     """Apply the chart's RBAC and return a kubeconfig that authenticates as its ServiceAccount."""
     objects = [o for o in render_chart(service) if o["kind"] in RBAC_KINDS]
     account = next(o for o in objects if o["kind"] == "ServiceAccount")
-    name = str(account["metadata"]["name"])  # type: ignore[index]
+    name = str(account["metadata"]["name"])
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     token = cluster.kubectl("create", "token", name, "-n", NAMESPACE, "--duration=24h").stdout.strip()
