@@ -9,12 +9,10 @@ UV          := $(or $(shell command -v uv 2>/dev/null),$(CACHE_DIR)/uv/bin/uv)
 K8S_VERSION := $(shell sed -n 's/^K8S_VERSION=//p' hack/versions.env)
 TOOLS_BIN   := $(CACHE_DIR)/$(K8S_VERSION)/bin
 RUN         := $(UV) run --frozen
+SERVICES    := webhook allocator xds routedip jobs
+IMAGE_TAG   ?= dev
 export PATH := $(TOOLS_BIN):$(PATH)
 export TOLLGATE_TOOLS_BIN := $(TOOLS_BIN)
-
-define later
-	@echo "make $@: not available yet; it lands with $(1)" >&2; exit 2
-endef
 
 .PHONY: help
 help: ## list the verbs
@@ -72,27 +70,27 @@ uninstall: ## remove the CRDs (and every object of their kinds) from the current
 	kubectl delete --ignore-not-found -f crds/
 
 .PHONY: run
-run: ## run every service against the current kubeconfig
-	$(call later,the services (issues 4 to 8))
+run: sync ## run every service against the current kubeconfig (Ctrl-C stops them)
+	@trap 'kill 0' INT TERM; for service in $(SERVICES); do \
+	  TOLLGATE_$$(echo $$service | tr a-z A-Z)_HEALTH_PORT=0 $(RUN) python -m tollgate.$$service & \
+	done; wait
 
 .PHONY: dev
-dev: ## the whole system on the embedded cluster, in the foreground
-	$(call later,issue 9)
+dev: sync tools ## the whole system on the embedded cluster, in the foreground (Ctrl-C stops everything)
+	$(RUN) python -m tollgate.testing.dev run
 
 .PHONY: dev-up
-dev-up: ## make dev, detached
-	$(call later,issue 9)
+dev-up: sync tools ## make dev, detached
+	$(RUN) python -m tollgate.testing.dev up
 
 .PHONY: dev-down
-dev-down: ## stop what make dev-up started
-	$(call later,issue 9)
+dev-down: sync ## stop what make dev-up started
+	$(RUN) python -m tollgate.testing.dev down
 
 .PHONY: bench
-bench: ## the benchmarks under bench/
-	$(call later,the services' benchmarks (issues 4 to 8))
+bench: sync tools ## the benchmarks under bench/, each printing one table
+	@for bench in allocator xds routedip jobs webhook; do echo "== bench/$$bench.py"; $(RUN) python -m bench.$$bench || exit $$?; done
 
-SERVICES  := allocator xds routedip jobs webhook
-IMAGE_TAG ?= dev
 
 .PHONY: docker-build
 docker-build: ## one image per service (needs a Docker engine)
@@ -102,9 +100,14 @@ docker-build: ## one image per service (needs a Docker engine)
 	done
 
 .PHONY: deploy
-deploy: ## Helm charts into the current cluster
-	$(call later,issue 9)
+deploy: charts ## Helm charts into the current cluster (IMAGE_TAG picks the images)
+	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds
+	@for service in $(SERVICES); do \
+	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n tollgate-system \
+	    --create-namespace --set image.tag=$(IMAGE_TAG) || exit $$?; \
+	done
 
 .PHONY: undeploy
-undeploy: ## remove the Helm releases
-	$(call later,issue 9)
+undeploy: ## remove the Helm releases (the CRDs stay: their chart keeps them)
+	@for service in $(SERVICES); do helm uninstall tollgate-$$service -n tollgate-system --ignore-not-found; done
+	helm uninstall tollgate-crds --ignore-not-found

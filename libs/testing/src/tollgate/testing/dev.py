@@ -89,10 +89,15 @@ def components(dev_dir: Path) -> list[Component]:
 
 
 class DevSystem:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, state: Path | None = None) -> None:
+        """`root` is the checkout (CRDs, samples); `state` holds the cluster, logs and certificates (.dev)."""
         self.root = root
-        self.dev_dir = root / ".dev"
-        self.cluster: EmbeddedCluster = dev_cluster(root)
+        self.dev_dir = state or root / ".dev"
+        self.cluster: EmbeddedCluster = (
+            dev_cluster(root)
+            if state is None
+            else EmbeddedCluster("tollgate-dev", state / "kwok", state / "kubeconfig")
+        )
         self.processes: dict[str, ServiceProcess] = {}
         self.echo: EchoThread | None = None
         self.proof: list[str] = []
@@ -120,10 +125,15 @@ class DevSystem:
             self.say(f"  {component.name:<10} ready   health {process.health_url}")
             if component.name == "webhook":
                 self._register_webhook()
+                # Before the allocator: the seed's EPIC document pins a resourceVersion, so it can create
+                # epic/epic but not update the one the allocator would otherwise create first.
+                self._apply_samples()
+        self.proof = self.prove_data_path()
+
+    def _apply_samples(self) -> None:
         for sample in sorted((self.root / "deploy" / "samples").glob("*.yaml"), key=_sample_order):
             self.cluster.kubectl("apply", "-f", str(sample))
-        self.say("samples applied")
-        self.proof = self.prove_data_path()
+        self.say("  samples    applied (through the webhook)")
 
     def _webhook_cli(self, *args: str) -> str:
         command = [sys.executable, "-m", "tollgate.webhook.cli", *args]
@@ -349,21 +359,16 @@ def _http_json(url: str) -> Any:
 
 def run(root: Path) -> int:
     system = DevSystem(root)
-    stop = False
-
-    def request_stop(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     try:
         system.start()
         text = system.summary()
         (system.dev_dir / "summary.txt").write_text(text)
         system.say(text + "Ctrl-C stops everything.")
-        while not stop:
-            signal.sigtimedwait([signal.SIGINT, signal.SIGTERM], 1.0)
+        while not stop.wait(1.0):
+            pass
     finally:
         system.say("stopping")
         system.stop()
