@@ -54,6 +54,9 @@ def test_every_kind_is_served_with_short_names_of_its_own(cluster: EmbeddedClust
 
 
 def test_every_sample_applies_through_the_api_server(cluster: EmbeddedCluster) -> None:
+    # The seed's EPIC document is a `kubectl get -o yaml` dump pinning resourceVersion 22829: it can create the
+    # singleton, not update one an allocator (an earlier test) created. Start from no singleton, as a user would.
+    cluster.kubectl("delete", "epics.epic.acnodal.io/epic", "-n", "epic", "--ignore-not-found", "--timeout=60s")
     prerequisites = [p for p in ORDERED if p.name.startswith("epic-")]
     for path in prerequisites:  # namespaces must exist before a server-side dry run inside them
         cluster.kubectl("apply", "-f", str(path))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tollgate.testing.dev import DevSystem
 from tollgate.testing.tools import repo_root
+from tollgate.testing.wait import wait_for
 
 
 @pytest.fixture
@@ -15,10 +17,19 @@ def system(tmp_path: Path) -> DevSystem:
     return DevSystem(repo_root(), state=tmp_path / "dev")
 
 
+def programmed_summary(system: DevSystem) -> Callable[[], str | None]:
+    def probe() -> str | None:
+        text = system.summary()
+        proof = next((line for line in text.splitlines() if "tollgate-dev/dev-proof" in line), "")
+        return text if "Programmed=True" in proof else None
+
+    return probe
+
+
 def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> None:
     try:
         system.start()
-        summary = system.summary()
+        summary = wait_for(programmed_summary(system), "the dev-proof VirtualService to be Programmed", timeout=30)
     finally:
         processes = list(system.processes.values())
         system.stop()
@@ -27,7 +38,6 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
         assert f"  {service:<10} ready" in summary, summary
     assert "'udp-echo:datagram from make dev'" in summary
     assert "'tcp-echo:stream from make dev'" in summary
-    assert "Programmed=True" in summary
     assert "tunnel 1" in summary
     assert len(processes) == 6
     assert [p.process.returncode for p in processes if p.process is not None] == [0] * 6, (
