@@ -26,6 +26,7 @@ from kubernetes import client, watch
 from tollgate.routedip.providers import local
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.nodes import HOLD_LABEL, HOLD_POLICY_OBJECTS
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
@@ -33,30 +34,6 @@ from tollgate.testing.wait import wait_for
 GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
 NAMESPACE = "bench"
 SYSTEM_NAMESPACE = "tollgate-system"
-HOLD_LABEL = "bench.routedip.tollgate.io/hold-not-ready"
-POLICY = {
-    "apiVersion": "admissionregistration.k8s.io/v1",
-    "kind": "ValidatingAdmissionPolicy",
-    "metadata": {"name": "bench-hold-not-ready"},
-    "spec": {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes/status"]}
-            ]
-        },
-        "matchConditions": [
-            {"name": "held", "expression": f"has(object.metadata.labels) && '{HOLD_LABEL}' in object.metadata.labels"}
-        ],
-        "validations": [{"expression": "object.status.conditions.all(c, c.type != 'Ready' || c.status != 'True')"}],
-    },
-}
-BINDING = {
-    "apiVersion": "admissionregistration.k8s.io/v1",
-    "kind": "ValidatingAdmissionPolicyBinding",
-    "metadata": {"name": "bench-hold-not-ready"},
-    "spec": {"policyName": "bench-hold-not-ready", "validationActions": ["Deny"]},
-}
 
 
 class Watches:
@@ -223,7 +200,7 @@ def main() -> None:
         kube = api_client(cluster.kubeconfig)
         core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
         cluster.kubectl(
-            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [POLICY, BINDING]})
+            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": HOLD_POLICY_OBJECTS})
         )
         core.create_namespace({"metadata": {"name": NAMESPACE}})  # type: ignore[arg-type]
         core.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})  # type: ignore[arg-type]

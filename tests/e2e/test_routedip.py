@@ -16,7 +16,6 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any
 
 import pytest
@@ -28,104 +27,19 @@ from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster, node_manifest
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes, node_ready
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
 
 GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
 SYSTEM_NAMESPACE = "tollgate-system"
-HOLD_LABEL = "test.routedip.tollgate.io/hold-not-ready"
-HOLD_POLICY = "routedip-e2e-hold-not-ready"
 WORKERS = ("tollgate-worker-0", "tollgate-worker-1", "tollgate-worker-2")
 YOUNG_NODE = "routedip-e2e-young"
 
 
-# ----- nodes -----
-HOLD_POLICY_OBJECTS = [
-    {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": HOLD_POLICY},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes/status"]}
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "held",
-                    "expression": f"has(object.metadata.labels) && '{HOLD_LABEL}' in object.metadata.labels",
-                }
-            ],
-            "validations": [
-                {
-                    "expression": "!has(object.status.conditions) || "
-                    "object.status.conditions.all(c, c.type != 'Ready' || c.status != 'True')",
-                    "message": "the node is held NotReady by a test",
-                }
-            ],
-        },
-    },
-    {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": HOLD_POLICY},
-        "spec": {"policyName": HOLD_POLICY, "validationActions": ["Deny"]},
-    },
-]
-
-
-def node_ready(core: client.CoreV1Api, name: str) -> bool:
-    node = core.read_node(name)
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-
-def node_recovered(core: client.CoreV1Api, name: str) -> bool:
-    """Ready, and without the taints the node lifecycle controller put on it while it was not."""
-    taints = core.read_node(name).spec.taints or []
-    return node_ready(core, name) and not any(t.key.startswith("node.kubernetes.io/") for t in taints)
-
-
-class Nodes:
-    """Makes nodes NotReady or cordoned, and puts every node it touched back as it was."""
-
-    def __init__(self, cluster: EmbeddedCluster, core: client.CoreV1Api) -> None:
-        self.cluster = cluster
-        self.core = core
-        self.held: set[str] = set()
-        self.cordoned: set[str] = set()
-
-    def hold_not_ready(self, name: str) -> None:
-        """Ready=False, kept so: the policy refuses KWOK's status writes while the node carries the label."""
-        self.held.add(name)
-        self.core.patch_node(name, {"metadata": {"labels": {HOLD_LABEL: "true"}}})
-        condition = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "held by a test"}
-
-        def not_ready() -> bool:
-            # The policy starts enforcing a moment after it is created: write until the write sticks.
-            self.core.patch_node_status(name, {"status": {"conditions": [condition]}})
-            return not node_ready(self.core, name)
-
-        wait_for(not_ready, f"node {name} NotReady", timeout=20, interval=0.2)
-
-    def cordon(self, name: str) -> None:
-        self.cordoned.add(name)
-        self.core.patch_node(name, {"spec": {"unschedulable": True}})
-
-    def restore(self) -> None:
-        existing = {n.metadata.name for n in self.core.list_node().items}
-        for name in self.cordoned & existing:
-            self.core.patch_node(name, {"spec": {"unschedulable": None}})
-        for name in self.held & existing:
-            self.core.patch_node(name, {"metadata": {"labels": {HOLD_LABEL: None}}})
-        for name in (self.held | self.cordoned) & existing:
-            wait_for(partial(node_recovered, self.core, name), f"{name} to recover", timeout=60)
-
-
 @pytest.fixture(scope="module")
 def hold_policy(cluster: EmbeddedCluster) -> Iterator[None]:
-    objects = yaml.safe_dump_all(HOLD_POLICY_OBJECTS)
+    objects = yaml.safe_dump_all(HOLD_POLICY_OBJECTS)  # one policy for the module: it enforces a moment after creation
     cluster.kubectl("apply", "-f", "-", stdin=objects)
     yield
     cluster.kubectl("delete", "--ignore-not-found", "-f", "-", stdin=objects)
