@@ -103,11 +103,15 @@ docker-build: ## one image per service (needs a Docker engine)
 deploy: charts ## Helm charts into the current cluster (IMAGE_TAG picks the images)
 	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds
 	@for service in $(SERVICES); do \
-	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n tollgate-system \
+	  namespace=tollgate-system; [ $$service = allocator ] && namespace=epic; \
+	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n $$namespace \
 	    --create-namespace --set image.tag=$(IMAGE_TAG) || exit $$?; \
 	done
 
 .PHONY: undeploy
 undeploy: ## remove the Helm releases (the CRDs stay: their chart keeps them)
-	@for service in $(SERVICES); do helm uninstall tollgate-$$service -n tollgate-system --ignore-not-found; done
+	@for service in $(SERVICES); do \
+	  namespace=tollgate-system; [ $$service = allocator ] && namespace=epic; \
+	  helm uninstall tollgate-$$service -n $$namespace --ignore-not-found; \
+	done
 	helm uninstall tollgate-crds --ignore-not-found

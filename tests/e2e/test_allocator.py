@@ -50,7 +50,7 @@ def allocator_env(grpc_port: int, **extra: str) -> dict[str, str]:
 @pytest.fixture
 def allocator(run_service: ServiceFactory) -> tuple[ServiceProcess, int]:
     port = free_port()
-    return run_service("allocator", env=allocator_env(port)), port
+    return run_service("allocator", rbac=True, env=allocator_env(port)), port
 
 
 def token(core: client.CoreV1Api) -> str:

@@ -84,7 +84,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
             "TOLLGATE_ALLOCATOR_RECONCILE": "true" if index == 0 else "false",
             "TOLLGATE_ALLOCATOR_LOG_LEVEL": "INFO",
         }
-        return run_service("allocator", env=env)
+        return run_service("allocator", rbac=True, env=env)
 
     allocators = [start(index) for index in range(3)]
     secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", "epic")

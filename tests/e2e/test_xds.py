@@ -126,7 +126,7 @@ def xds_env() -> dict[str, str]:
 
 
 def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
-    process = run_service("xds", env=env)
+    process = run_service("xds", rbac=True, env=env)
     return Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
 
 

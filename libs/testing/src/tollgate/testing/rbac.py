@@ -14,6 +14,13 @@ from tollgate.testing.tools import repo_root, tool
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 NAMESPACE = "tollgate-system"
+# The allocator runs in EPIC's core namespace, as the seed has it: its Secret and Leases live there.
+RELEASE_NAMESPACES = {"allocator": "epic"}
+
+
+def release_namespace(service: str) -> str:
+    """The namespace a service's chart is installed in (`make deploy` uses the same)."""
+    return RELEASE_NAMESPACES.get(service, NAMESPACE)
 
 
 def chart_dir(service: str) -> Path:
@@ -21,7 +28,7 @@ def chart_dir(service: str) -> Path:
 
 
 def render_chart(
-    service: str, namespace: str = NAMESPACE, values: dict[str, Any] | None = None
+    service: str, namespace: str | None = None, values: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """`helm template` of the service's chart (release `tollgate-<service>`), as a list of objects."""
     chart = chart_dir(service)
@@ -29,6 +36,7 @@ def render_chart(
         subprocess.run(
             [str(tool("helm")), "dependency", "update", "--skip-refresh", str(chart)], check=True, capture_output=True
         )
+    namespace = namespace or release_namespace(service)
     command = [str(tool("helm")), "template", f"tollgate-{service}", str(chart), "--namespace", namespace, "-f", "-"]
     result = subprocess.run(command, input=yaml.safe_dump(values or {}), capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -41,13 +49,14 @@ def service_account_kubeconfig(cluster: EmbeddedCluster, service: str, directory
     objects = [o for o in render_chart(service) if o["kind"] in RBAC_KINDS]
     account = next(o for o in objects if o["kind"] == "ServiceAccount")
     name = str(account["metadata"]["name"])
-    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    namespace = release_namespace(service)
+    cluster.kubectl("create", "namespace", namespace, check=False)
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
-    token = cluster.kubectl("create", "token", name, "-n", NAMESPACE, "--duration=24h").stdout.strip()
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration=24h").stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
-    user = f"system:serviceaccount:{NAMESPACE}:{name}"
+    user = f"system:serviceaccount:{namespace}:{name}"
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
