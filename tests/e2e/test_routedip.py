@@ -22,10 +22,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tollgate.routedip.fakedo import FakeDigitalOcean
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster, node_manifest
+from tollgate.testing.fakedo import FakeDigitalOcean
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes, node_ready
 from tollgate.testing.services import ServiceProcess

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tollgate.routedip.fakedo import FakeDigitalOcean
 from tollgate.routedip.firewall import plan_firewall
 from tollgate.routedip.providers import FirewallContext, NodeTarget, ProviderError, RoutedIPRef
 from tollgate.routedip.providers.digitalocean import DigitalOceanClient, DigitalOceanProvider
 from tollgate.routedip.state import NodeState, PodState, ServicePort, ServiceState, class_state
+from tollgate.testing.fakedo import FakeDigitalOcean
 
 IP = "203.0.113.10"
 REF = RoutedIPRef("web", "ingress", "uid-1", IP)

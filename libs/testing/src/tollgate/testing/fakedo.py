@@ -7,7 +7,7 @@ reserved IP or the IP is already assigned to it), firewalls (`GET /v2/firewalls/
 `POST/DELETE .../droplets` and `.../rules`), bearer-token authentication (401), and `ratelimit-*`
 headers on every answer. Faults are injected per request: 429 with `Retry-After`, 5xx, anything.
 
-    python -m tollgate.routedip.fakedo --port 8089 --ip 203.0.113.10 --droplets 400000,400001 --firewall fw-1
+    python -m tollgate.testing.fakedo --port 8089 --ip 203.0.113.10 --droplets 400000,400001 --firewall fw-1
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tollgate.routedip.fakedo",
+        prog="python -m tollgate.testing.fakedo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
