@@ -209,6 +209,12 @@ def events(core: client.CoreV1Api, namespace: str, reason: str) -> list[client.C
     return [e for e in core.list_namespaced_event(namespace).items if e.reason == reason]
 
 
+def converges(probe: Callable[[], object], expected: object, timeout: float = 30) -> None:
+    """The controller's last steps (unassigning the old holder, closing its firewall) follow the status it
+    reports: wait until what the provider recorded converges, then it must equal `expected` exactly."""
+    wait_for(lambda: probe() == expected, f"the provider's record to become {expected!r}", timeout=timeout)
+
+
 def has_move_taint(core: client.CoreV1Api, node: str) -> bool:
     return any(t.key == "routedip.tollgate.io/move-in-progress" for t in core.read_node(node).spec.taints or [])
 
@@ -231,21 +237,21 @@ def test_lands_on_the_youngest_node_and_moves_when_it_goes_not_ready_or_is_cordo
 
     first = wait_assigned(custom, namespace, young_node)
     assert any(f"{young_node} is the youngest" in e.message for e in events(core, namespace, "Elected"))
-    assert holders(core, ip) == [young_node]
-    assert firewall_record(core, class_name) == {young_node: {f"tcp/{node_port}"}}
+    converges(lambda: holders(core, ip), [young_node])
+    converges(lambda: firewall_record(core, class_name), {young_node: {f"tcp/{node_port}"}})
 
     nodes.hold_not_ready(young_node)
     # The cluster's three nodes are the same age: the name that sorts last is the youngest.
     moved = wait_assigned(custom, namespace, "tollgate-worker-2")
-    assert holders(core, ip) == ["tollgate-worker-2"]
-    assert firewall_record(core, class_name) == {"tollgate-worker-2": {f"tcp/{node_port}"}}
+    converges(lambda: holders(core, ip), ["tollgate-worker-2"])
+    converges(lambda: firewall_record(core, class_name), {"tollgate-worker-2": {f"tcp/{node_port}"}})
     assert moved["lastMoveTime"] >= first["lastMoveTime"]
     failover = [e for e in events(core, namespace, "Elected") if young_node in e.message and "NotReady" in e.message]
     assert failover and failover[0].type == "Warning"
 
     nodes.cordon("tollgate-worker-2")
     wait_assigned(custom, namespace, "tollgate-worker-1")
-    assert holders(core, ip) == ["tollgate-worker-1"]
+    converges(lambda: holders(core, ip), ["tollgate-worker-1"])
     # The move's taint comes off once the controller's node cache shows it: converged, not necessarily at once.
     wait_for(lambda: not any(has_move_taint(core, n) for n in WORKERS), "the move taints to be removed", timeout=30)
     assert any("cordoned" in e.message for e in events(core, namespace, "Elected"))
@@ -267,7 +273,7 @@ def test_a_deleted_node_gives_up_its_ip(
     wait_assigned(custom, namespace, young_node)
     core.delete_node(young_node)
     wait_assigned(custom, namespace, "tollgate-worker-2")
-    assert holders(core, ip) == ["tollgate-worker-2"]
+    converges(lambda: holders(core, ip), ["tollgate-worker-2"])
 
 
 def test_local_traffic_follows_the_backing_pod_with_its_ports(
@@ -287,11 +293,11 @@ def test_local_traffic_follows_the_backing_pod_with_its_ports(
     make_routed_ip(custom, namespace, class_name, ip)
 
     wait_assigned(custom, namespace, "tollgate-worker-1")
-    assert firewall_record(core, class_name) == {"tollgate-worker-1": {f"tcp/{node_port}", "tcp/9443"}}
+    converges(lambda: firewall_record(core, class_name), {"tollgate-worker-1": {f"tcp/{node_port}", "tcp/9443"}})
 
     core.delete_namespaced_pod("web-b", namespace)
     wait_assigned(custom, namespace, "tollgate-worker-0")
-    assert holders(core, ip) == ["tollgate-worker-0"]
+    converges(lambda: holders(core, ip), ["tollgate-worker-0"])
     wait_for(
         lambda: firewall_record(core, class_name) == {"tollgate-worker-0": {f"tcp/{node_port}", "tcp/8443"}},
         "the firewall record to follow the IP",
@@ -399,7 +405,7 @@ def test_a_crash_midway_through_a_move_ends_with_exactly_one_holder(
 
     controller.start()
     wait_assigned(custom, namespace, "tollgate-worker-1")
-    assert holders(core, ip) == ["tollgate-worker-1"]
+    converges(lambda: holders(core, ip), ["tollgate-worker-1"])
     wait_for(
         lambda: not has_move_taint(core, "tollgate-worker-1"), "the move taint to leave tollgate-worker-1", timeout=30
     )
