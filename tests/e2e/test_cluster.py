@@ -12,7 +12,7 @@ from kubernetes import client
 from tollgate.models import ALL_KINDS
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.compare import assert_contains
-from tollgate.testing.tools import repo_root
+from tollgate.testing.tools import repo_root, versions
 from tollgate.testing.wait import wait_for
 
 SAMPLES = repo_root() / "deploy" / "samples"
@@ -34,8 +34,6 @@ def test_nodes_are_simulated_with_loopback_pod_cidrs(core: client.CoreV1Api) -> 
 
 def test_server_reports_the_pinned_version(cluster: EmbeddedCluster) -> None:
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
-    from tollgate.testing.tools import versions
-
     assert version["serverVersion"]["gitVersion"] == versions()["K8S_VERSION"]
 
 

@@ -7,8 +7,11 @@ pod IP is a loopback address this machine can bind (process-backed Envoy pods li
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tollgate.testing.tools import tool
+from tollgate.testing.tools import repo_root, tool
 
 ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
@@ -74,8 +77,6 @@ class EmbeddedCluster:
     disable_qps_limits: bool = False
 
     def _env(self) -> dict[str, str]:
-        import os
-
         return {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
 
     def _kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -196,10 +197,6 @@ def dev_cluster(root: Path) -> EmbeddedCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from tollgate.testing.tools import repo_root
-
     parser = argparse.ArgumentParser(prog="python -m tollgate.testing.cluster", description="The embedded cluster.")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--nodes", type=int, default=3)
@@ -221,6 +218,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,8 +349,6 @@ def _ready(process: ServiceProcess) -> bool:
 
 
 def _http_json(url: str) -> Any:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return json.load(response)
