@@ -1,14 +1,22 @@
 """Admission latency the API server adds with the webhook: create round trips with and without it.
 
-Each phase creates objects through the API server from 1 or 50 concurrent clients (asyncio, one HTTP
-connection each) and records every request's round trip. The baseline is the same kind, same run, with the
-webhook configurations removed; the webhook phases run with them registered (defaulting and validation:
-two admission calls per create). The two alternate in rounds. Prints one table: p50/p99 of each, the p99
-the webhook adds, the ratio, the mean time a review spends inside the webhook (its own metric), and the
-machine's load average (API server, etcd, webhook and clients share its cores).
+Each phase creates objects through the API server and records every request's round trip, in three modes
+that alternate in rounds within one run, so a change in the machine's load falls on all of them alike:
 
-    .venv/bin/python bench/webhook.py                  # its own embedded cluster (about 7 s to start)
-    .venv/bin/python bench/webhook.py --kubeconfig .dev/kubeconfig --requests 3000
+- baseline: no webhook configuration;
+- floor: the cheapest webhook there can be (bench/floor, Go, allows everything after reading the uid),
+  registered exactly as tollgate's is (one mutating and one validating call per create): what any webhook
+  costs the API server;
+- tollgate: the webhook service, defaulting and validating.
+
+Three loads: 1 client; 50 clients in a closed loop (each sends its next create as soon as the last returns,
+which saturates the two cores the API server, etcd, the webhook and the clients share); 50 clients paced
+to a fixed total rate below saturation (`--paced-rate`). Besides p50/p99, each row shows the CPU a create
+costs the API server and the webhook process (from /proc), and the mean webhook call as the API server
+times it (its apiserver_admission_webhook_admission_duration_seconds).
+
+    .venv/bin/python -m bench.webhook                  # its own embedded cluster (about 7 s to start)
+    .venv/bin/python -m bench.webhook --kubeconfig .dev/kubeconfig --requests 3000
 """
 
 from __future__ import annotations
@@ -17,16 +25,20 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 from kubernetes import client, config
@@ -42,7 +54,31 @@ from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
 
 LABEL = "webhook.tollgate.io/bench"
+FLOOR_DRY_RUN_REFUSAL = "the floor webhook refuses dry runs"  # bench/floor/main.go
 Obj = dict[str, Any]
+Mode = Literal["baseline", "floor", "tollgate"]
+MODES: tuple[Mode, ...] = ("baseline", "floor", "tollgate")
+
+
+@dataclass(frozen=True)
+class Load:
+    clients: int
+    rate: float | None = None  # creates per second across all clients; None: closed loop
+
+    def describe(self) -> str:
+        return f"{self.clients}" + (f" paced, {self.rate:g}/s" if self.rate else "")
+
+
+@dataclass
+class Sample:
+    """One mode under one load, summed over its rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    creates: int = 0
+    apiserver_cpu: float = 0.0
+    webhook_cpu: float = 0.0
+    webhook_calls: float = 0.0
+    webhook_call_seconds: float = 0.0
 
 
 def goop(namespace: str, name: str, label: str) -> Obj:
@@ -99,16 +135,23 @@ class Client:
         token = configuration.api_key.get("authorization") if configuration.api_key else None
         self.headers = {"Content-Type": "application/json", **({"Authorization": token} if token else {})}
 
-    async def run(self, path: str, bodies: list[Obj], concurrency: int) -> list[float]:
-        """Create every body from `concurrency` workers; each request's round trip in milliseconds."""
+    async def run(self, path: str, bodies: list[Obj], load: Load) -> list[float]:
+        """Create every body under `load`; each request's round trip in milliseconds.
+
+        Paced, request i starts no earlier than i / rate seconds after the first (later when every client is
+        busy); closed-loop, each client sends its next request as soon as its last one returns.
+        """
         latencies: list[float] = []
-        queue = list(reversed(bodies))
-        connector = aiohttp.TCPConnector(limit=concurrency, ssl=self.ssl)
+        queue = list(reversed(list(enumerate(bodies))))
+        connector = aiohttp.TCPConnector(limit=load.clients, ssl=self.ssl)
         async with aiohttp.ClientSession(self.host, connector=connector, headers=self.headers) as session:
+            first = time.perf_counter()
 
             async def worker() -> None:
                 while queue:
-                    body = queue.pop()
+                    index, body = queue.pop()
+                    if load.rate is not None:
+                        await asyncio.sleep(max(0.0, first + index / load.rate - time.perf_counter()))
                     started = time.perf_counter()
                     async with session.post(path, data=json.dumps(body)) as response:
                         text = await response.text()
@@ -116,7 +159,7 @@ class Client:
                         raise RuntimeError(f"create failed ({response.status}): {text[:500]}")
                     latencies.append((time.perf_counter() - started) * 1000)
 
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await asyncio.gather(*(worker() for _ in range(load.clients)))
         return latencies
 
 
@@ -124,16 +167,40 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def apiserver_pid(host: str) -> int | None:
+    """The local kube-apiserver serving `host` (https://127.0.0.1:PORT), found by its --secure-port."""
+    flag = f"--secure-port={urlsplit(host).port}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"kube-apiserver") and flag in args:
+            return int(entry.name)
+    return None
+
+
 class Bench:
     def __init__(self, kubeconfig: Path, workdir: Path) -> None:
         self.kubeconfig = kubeconfig
         self.api = api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
         self.client = Client(kubeconfig)
+        self.apiserver = apiserver_pid(self.client.host)
         self.label = uuid.uuid4().hex[:10]
         bundle = generate(["127.0.0.1"])
-        bundle.write(workdir / "tls")
-        port = free_port()
+        tls = workdir / "tls"
+        bundle.write(tls)
+        port, floor_port = free_port(), free_port()
         self.process = ServiceProcess(
             "webhook",
             kubeconfig,
@@ -141,18 +208,32 @@ class Bench:
             env={
                 "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
                 "TOLLGATE_WEBHOOK_PORT": str(port),
-                "TOLLGATE_WEBHOOK_CERT_DIR": str(workdir / "tls"),
+                "TOLLGATE_WEBHOOK_CERT_DIR": str(tls),
                 "TOLLGATE_WEBHOOK_LABEL_SELECTOR": f"{LABEL}={self.label}",
                 "TOLLGATE_WEBHOOK_LOG_LEVEL": "WARNING",
             },
         )
-        self.registration = Registration(
+        self.floor_binary = workdir / "floor"
+        self.floor_command = [str(self.floor_binary), f"127.0.0.1:{floor_port}", str(tls)]
+        self.floor: subprocess.Popen[bytes] | None = None
+        tollgate = Registration(
             ca_bundle=bundle.ca,
             url=f"https://127.0.0.1:{port}",
             name=f"tollgate-webhook-bench-{self.label}",
             object_selector={"matchLabels": {LABEL: self.label}},
         )
+        floor = replace(tollgate, url=f"https://127.0.0.1:{floor_port}", name=f"tollgate-webhook-floor-{self.label}")
+        self.registrations = {"tollgate": tollgate, "floor": floor}
         self.namespaces: list[str] = []
+
+    def start(self) -> None:
+        go = shutil.which("go")
+        if go is None:
+            raise SystemExit("bench/webhook.py builds its floor webhook (bench/floor) with Go, which is not on PATH")
+        source = repo_root() / "bench" / "floor" / "main.go"
+        subprocess.run([go, "build", "-o", str(self.floor_binary), str(source)], check=True)
+        self.floor = subprocess.Popen(self.floor_command)
+        self.process.start().wait_ready()
 
     def namespace(self) -> str:
         name = f"bench-webhook-{uuid.uuid4().hex[:8]}"
@@ -160,59 +241,119 @@ class Bench:
         self.namespaces.append(name)
         return name
 
-    def _probe_refused(self) -> bool:
-        """Whether the API server currently calls the webhook (a blank-cmd Goop, dry run, is then refused)."""
+    def _answering(self) -> Mode:
+        """Which webhook the API server calls now, from a dry-run Goop with a blank cmd that both refuse."""
         probe = goop("default", f"probe-{self.label}", self.label)
         probe["spec"]["cmd"] = " "
         try:
-            client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+            self.custom.create_namespaced_custom_object(
                 "goop.example.com", "v1alpha1", "default", "goops", probe, dry_run="All"
             )
         except client.ApiException as error:
-            return "must not be blank" in str(error.body)
-        return False
+            if "must not be blank" in str(error.body):
+                return "tollgate"
+            if FLOOR_DRY_RUN_REFUSAL in str(error.body):
+                return "floor"
+            raise
+        return "baseline"
 
-    def webhook(self, on: bool) -> None:
-        if on:
-            register(self.api, self.registration)
-        else:
-            unregister(self.api, self.registration.name)
-        wait_for(lambda: self._probe_refused() == on, f"the webhook to be {'on' if on else 'off'}", timeout=60)
+    def use(self, mode: Mode) -> None:
+        """Register `mode`'s webhook alone (through no webhook at all, so two are never called together)."""
+        for registered in self.registrations:
+            unregister(self.api, self.registrations[registered].name)
+        wait_for(lambda: self._answering() == "baseline", "the webhooks to be removed", timeout=60)
+        if mode != "baseline":
+            register(self.api, self.registrations[mode])
+            wait_for(lambda: self._answering() == mode, f"the {mode} webhook to be called", timeout=60)
 
-    def phase(self, kind: str, concurrency: int, requests: int) -> list[float]:
+    def _webhook_pid(self, mode: Mode) -> int | None:
+        if mode == "tollgate":
+            return self.process.process.pid if self.process.process is not None else None
+        return self.floor.pid if mode == "floor" and self.floor is not None else None
+
+    def phase(self, kind: str, load: Load, requests: int, mode: Mode, sample: Sample) -> None:
         path, build = KINDS[kind]
         namespace = self.namespace()
         tag = namespace.rsplit("-", 1)[-1]  # names unique across phases: VirtualService names are cluster-wide
         bodies = [build(namespace, f"b{tag}-{index}", self.label) for index in range(requests)]
-        warmup = [build(namespace, f"w{tag}-{index}", self.label) for index in range(max(concurrency, 20))]
-        asyncio.run(self.client.run(path.format(ns=namespace), warmup, concurrency))
-        return asyncio.run(self.client.run(path.format(ns=namespace), bodies, concurrency))
+        warmup = [build(namespace, f"w{tag}-{index}", self.label) for index in range(max(load.clients, 20))]
+        asyncio.run(self.client.run(path.format(ns=namespace), warmup, load))
+        pid = self._webhook_pid(mode)
+        calls = self.webhook_calls()
+        apiserver_before = cpu_seconds(self.apiserver) if self.apiserver else 0.0
+        webhook_before = cpu_seconds(pid) if pid else 0.0
+        sample.latencies += asyncio.run(self.client.run(path.format(ns=namespace), bodies, load))
+        sample.creates += len(bodies)
+        if self.apiserver:
+            sample.apiserver_cpu += cpu_seconds(self.apiserver) - apiserver_before
+        if pid:
+            sample.webhook_cpu += cpu_seconds(pid) - webhook_before
+        calls_after = self.webhook_calls()
+        sample.webhook_calls += calls_after[0] - calls[0]
+        sample.webhook_call_seconds += calls_after[1] - calls[1]
 
-    def review_seconds(self) -> tuple[float, float]:
-        """Total seconds the webhook spent answering reviews, and how many it answered (from its /metrics)."""
-        with urllib.request.urlopen(f"{self.process.health_url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        total = {"sum": 0.0, "count": 0.0}
-        for line in text.splitlines():
-            for suffix in total:
-                if line.startswith(f"tollgate_webhook_admission_seconds_{suffix}{{"):
-                    total[suffix] += float(line.rsplit(" ", 1)[1])
-        return total["sum"], total["count"]
+    def webhook_calls(self) -> tuple[float, float]:
+        """Webhook calls the API server has made, and the seconds they took by its own clock (its /metrics)."""
+        request = urllib.request.Request(f"{self.client.host}/metrics", headers=self.client.headers)
+        with urllib.request.urlopen(request, context=self.client.ssl, timeout=10) as response:
+            lines = response.read().decode().splitlines()
+        totals = {"count": 0.0, "sum": 0.0}
+        for line in lines:
+            for suffix in totals:
+                if line.startswith(f"apiserver_admission_webhook_admission_duration_seconds_{suffix}{{"):
+                    totals[suffix] += float(line.rsplit(" ", 1)[1])
+        return totals["count"], totals["sum"]
 
     def close(self) -> None:
-        unregister(self.api, self.registration.name)
+        for registration in self.registrations.values():
+            unregister(self.api, registration.name)
         self.process.stop()
+        if self.floor is not None:
+            self.floor.terminate()
+            self.floor.wait(timeout=10)
         for namespace in self.namespaces:
             self.core.delete_namespace(namespace, propagation_policy="Background")
+
+
+def ms(value: float) -> str:
+    return f"{value:.1f} ms"
+
+
+def report(rows: list[tuple[str, Load, dict[Mode, Sample]]]) -> None:
+    print()
+    print(f"load average {' '.join(f'{value:.1f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
+    print()
+    print(
+        "| kind | clients | creates per mode | p50 baseline / floor / tollgate | p99 baseline / floor / tollgate "
+        "| tollgate adds at p99 | floor adds at p99 | API server CPU per create | webhook CPU per create "
+        "(floor / tollgate) | webhook call, API server's clock (floor / tollgate) |"
+    )
+    print("| --- | ---: | ---: | --- | --- | ---: | ---: | --- | --- | --- |")
+    for kind, load, samples in rows:
+        p50 = " / ".join(ms(percentile(samples[mode].latencies, 50)) for mode in MODES)
+        p99s = {mode: percentile(samples[mode].latencies, 99) for mode in MODES}
+        p99 = " / ".join(ms(p99s[mode]) for mode in MODES)
+        cpu = " / ".join(ms(samples[mode].apiserver_cpu / samples[mode].creates * 1000) for mode in MODES)
+        webhook_cpu = " / ".join(ms(samples[mode].webhook_cpu / samples[mode].creates * 1000) for mode in MODES[1:])
+        calls = " / ".join(
+            ms(samples[mode].webhook_call_seconds / max(samples[mode].webhook_calls, 1) * 1000) for mode in MODES[1:]
+        )
+        print(
+            f"| {kind} | {load.describe()} | {samples['baseline'].creates} | {p50} | {p99} "
+            f"| {p99s['tollgate'] - p99s['baseline']:+.1f} ms | {p99s['floor'] - p99s['baseline']:+.1f} ms "
+            f"| {cpu} | {webhook_cpu} | {calls} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kubeconfig", type=Path, help="an existing cluster with the CRDs; default: start one")
-    parser.add_argument("--requests", type=int, default=1000, help="creates per phase at 50 clients (1/5 at 1)")
+    parser.add_argument("--requests", type=int, default=900, help="creates per mode at 50 clients (1/5 at 1)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
-    parser.add_argument("--rounds", type=int, default=3, help="baseline/webhook alternations per row")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of the three modes per row")
+    parser.add_argument("--paced-rate", type=float, default=100, help="creates per second of the paced 50 clients")
     args = parser.parse_args(argv)
+    loads = (Load(1), Load(50), Load(50, args.paced_rate))
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
         workdir = Path(tmp)
         cluster = None
@@ -224,43 +365,23 @@ def main(argv: list[str] | None = None) -> int:
             cluster.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
             kubeconfig = cluster.kubeconfig
         bench = Bench(kubeconfig, workdir)
-        rows = []
+        rows: list[tuple[str, Load, dict[Mode, Sample]]] = []
         try:
-            bench.process.start().wait_ready()
+            bench.start()
             for kind in args.kinds:
-                for concurrency in (1, 50):
-                    requests = args.requests if concurrency > 1 else max(args.requests // 5, 50)
-                    baseline: list[float] = []
-                    webhook: list[float] = []
-                    spent, answered = bench.review_seconds()
-                    # Alternate in rounds, so a change in the machine's load falls on both sides alike.
+                for load in loads:
+                    requests = args.requests if load.clients > 1 else max(args.requests // 5, 50)
+                    samples = {mode: Sample() for mode in MODES}
                     for _ in range(args.rounds):
-                        bench.webhook(False)
-                        baseline += bench.phase(kind, concurrency, requests // args.rounds)
-                        bench.webhook(True)
-                        webhook += bench.phase(kind, concurrency, requests // args.rounds)
-                    spent_after, answered_after = bench.review_seconds()
-                    in_webhook = (spent_after - spent) / max(answered_after - answered, 1) * 1000
-                    rows.append((kind, concurrency, len(baseline), baseline, webhook, in_webhook))
+                        for mode in MODES:
+                            bench.use(mode)
+                            bench.phase(kind, load, requests // args.rounds, mode, samples[mode])
+                    rows.append((kind, load, samples))
         finally:
             bench.close()
             if cluster is not None:
                 cluster.down()
-    print()
-    print(f"load average {' '.join(f'{value:.1f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
-    print()
-    print(
-        "| kind | clients | creates | baseline p50 | webhook p50 | baseline p99 | webhook p99 | added p99 | p99 ratio "
-        "| in webhook (mean per review) |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for kind, concurrency, requests, baseline, webhook, in_webhook in rows:
-        b50, w50 = percentile(baseline, 50), percentile(webhook, 50)
-        b99, w99 = percentile(baseline, 99), percentile(webhook, 99)
-        print(
-            f"| {kind} | {concurrency} | {requests} | {b50:.1f} ms | {w50:.1f} ms | {b99:.1f} ms | {w99:.1f} ms "
-            f"| {w99 - b99:+.1f} ms | {w99 / b99:.2f}x | {in_webhook:.2f} ms |"
-        )
+    report(rows)
     return 0
 
 

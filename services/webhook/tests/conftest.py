@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from opentelemetry.sdk.trace import TracerProvider
 
 from tollgate.models import kind_for
 from tollgate.testing.wait import wait_for
@@ -118,11 +119,19 @@ def make_review() -> Callable[..., dict[str, Any]]:
 class RunningServer:
     """The real admission server (uvicorn over TLS) in a thread of its own, with a synchronous client."""
 
-    def __init__(self, cert_dir: Path, store: Store, limits: Limits, reload_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        cert_dir: Path,
+        store: Store,
+        limits: Limits,
+        reload_seconds: float = 1.0,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
         self.cert_dir = cert_dir
         self.reload_seconds = reload_seconds
         tls = ReloadingContext(cert_dir / "tls.crt", cert_dir / "tls.key")
-        self.server = AdmissionServer(create_app(Admitter(store, limits)), "127.0.0.1", 0, tls)
+        app = create_app(Admitter(store, limits), tracer_provider)
+        self.server = AdmissionServer(app, "127.0.0.1", 0, tls)
         self.url = f"https://127.0.0.1:{self.server.port}"
         self.thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
 
@@ -148,9 +157,15 @@ class RunningServer:
     def connection(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("127.0.0.1", self.server.port, context=self.client_context(), timeout=10)
 
-    def post(self, path: str, body: bytes, connection: http.client.HTTPSConnection | None = None) -> tuple[int, Any]:
+    def post(
+        self,
+        path: str,
+        body: bytes,
+        connection: http.client.HTTPSConnection | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         conn = connection or self.connection()
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
         response = conn.getresponse()
         data = response.read()
         if connection is None:
@@ -176,11 +191,14 @@ def server(bundle_dir: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., RunningServer]]:
-    """`start_server(cert_dir, reload_seconds=...)`: a server of the test's own, stopped afterwards."""
+    """`start_server(cert_dir, reload_seconds=..., tracer_provider=...)`: a server of the test's own, stopped
+    afterwards."""
     started: list[RunningServer] = []
 
-    def start(cert_dir: Path, reload_seconds: float = 1.0) -> RunningServer:
-        running = RunningServer(cert_dir, fill(), Limits(), reload_seconds).start()
+    def start(
+        cert_dir: Path, reload_seconds: float = 1.0, tracer_provider: TracerProvider | None = None
+    ) -> RunningServer:
+        running = RunningServer(cert_dir, fill(), Limits(), reload_seconds, tracer_provider).start()
         started.append(running)
         return running
 

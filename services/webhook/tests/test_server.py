@@ -15,6 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.certs import generate
@@ -139,3 +142,52 @@ def test_a_denial_is_logged_with_its_reason(
     (record,) = [r for r in caplog.records if r.getMessage() == "denied"]
     assert record.__dict__["reason"] == "spec.cmd: must not be blank"
     assert (record.__dict__["kind"], record.__dict__["operation"]) == ("Goop", "validate")
+
+
+def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
+    bundle_dir: Path, start_server: Callable[..., Any], sample: Sample, make_review: MakeReview
+) -> None:
+    """The API server sends a W3C traceparent when its tracing is on: the review's span joins that trace."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    running = start_server(bundle_dir, tracer_provider=provider)
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    goop = sample("Goop")
+    goop["spec"]["cmd"] = " "
+    for path in ("/mutate/goop.example.com/v1alpha1/goops", GOOPS):
+        status, _ = running.post(
+            path, json.dumps(make_review(goop)).encode(), headers={"traceparent": f"00-{trace_id}-{parent_id}-01"}
+        )
+        assert status == 200
+    spans = exporter.get_finished_spans()
+    assert [(span.name, dict(span.attributes or {})) for span in spans] == [
+        (
+            "POST /mutate/{group}/{version}/{plural}",
+            {
+                **_attributes(spans[0]),
+                "tollgate.webhook.kind": "Goop",
+                "tollgate.webhook.operation": "mutate",
+                "tollgate.webhook.outcome": "allowed",
+            },
+        ),
+        (
+            "POST /validate/{group}/{version}/{plural}",
+            {
+                **_attributes(spans[1]),
+                "tollgate.webhook.kind": "Goop",
+                "tollgate.webhook.operation": "validate",
+                "tollgate.webhook.outcome": "denied",
+            },
+        ),
+    ]
+    for span in spans:
+        assert span.parent is not None and (f"{span.parent.trace_id:032x}", f"{span.parent.span_id:016x}") == (
+            trace_id,
+            parent_id,
+        )
+
+
+def _attributes(span: ReadableSpan) -> dict[str, Any]:
+    """The span's HTTP attributes (FastAPI's own semantic conventions), without tollgate's."""
+    return {key: value for key, value in (span.attributes or {}).items() if not key.startswith("tollgate.")}

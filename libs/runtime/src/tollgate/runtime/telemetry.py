@@ -2,7 +2,8 @@
 
 Spans go to an OTLP/HTTP (JSON) exporter only when `OTEL_EXPORTER_OTLP_ENDPOINT` or
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not `none`); otherwise they
-are recorded and dropped. Metrics are read by a Prometheus reader that `/metrics` serves.
+are not recorded at all (a span that goes nowhere would still cost CPU on every request). Metrics are
+read by a Prometheus reader that `/metrics` serves.
 
 The exporter speaks OTLP/HTTP with JSON bodies: the protobuf exporter needs `opentelemetry-proto`,
 whose modules xds-protos ships too, in an older version that breaks it (grpc/grpc#42830).
@@ -19,6 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def setup_telemetry(service_name: str) -> Telemetry:
     if _installed is not None:
         return _installed
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", service_name)})
-    tracer_provider = TracerProvider(resource=resource)
     exporting = otlp_configured()
+    tracer_provider = TracerProvider(resource=resource, sampler=None if exporting else ALWAYS_OFF)
     if exporting:
         tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
     meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader()])

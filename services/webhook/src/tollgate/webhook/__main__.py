@@ -61,7 +61,6 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         store,
         Limits(max_goop_jobs=settings.max_goop_jobs),
         pending_wait_seconds=settings.pending_wait_seconds,
-        tracer=context.telemetry.tracer("tollgate.webhook"),
         meter=context.telemetry.meter("tollgate.webhook"),
     )
     server = AdmissionServer(create_app(admitter), settings.host, settings.port, tls)
