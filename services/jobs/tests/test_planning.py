@@ -13,7 +13,6 @@ from tollgate.jobs.planning import (
     NodeInfo,
     ObservedJob,
     Plan,
-    Taint,
     job_manifest,
     node_info,
     observe_job,
@@ -24,6 +23,7 @@ from tollgate.jobs.planning import (
     worker_name,
 )
 from tollgate.models.goop import Goop, GoopSpec, GoopStatus
+from tollgate.models.nodes import Taint
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:01:00Z"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tollgate.models.nodes import Taint
 from tollgate.models.routedip import MOVE_TAINT_KEY
 from tollgate.routedip.election import (
     Decision,
@@ -17,7 +18,7 @@ from tollgate.routedip.election import (
     ineligibility,
     usage_by_node,
 )
-from tollgate.routedip.state import Endpoint, NodeState, PodState, ServiceState, SliceState, Taint
+from tollgate.routedip.state import Endpoint, NodeState, PodState, ServiceState, SliceState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tollgate.models.goop import Goop, GoopSpec, GoopStatus, JobDetail, JobPhase, Phase
+from tollgate.models.nodes import UNSCHEDULABLE_TAINT, Taint, node_taints
 
 GOOP_UID_LABEL = "goop.example.com/goop-uid"
 GOOP_NAME_LABEL = "goop.example.com/goop"
@@ -34,7 +35,6 @@ NO_ELIGIBLE_NODES = "NoEligibleNodes"
 
 FINISHED: frozenset[str] = frozenset({"Succeeded", "Failed"})
 MAX_NAME = 63  # a Job's name becomes a label value on its pods
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,6 @@ class ObservedJob:
     message: str | None = None
     uid: str | None = None
     deleting: bool = False
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
 
 
 @dataclass(frozen=True)
@@ -226,14 +219,10 @@ def owner_uid(body: Mapping[str, Any]) -> str | None:
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
     metadata = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    taints = tuple(
-        Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or ""))
-        for t in spec.get("taints") or []
-    )
     return NodeInfo(
         name=str(metadata.get("name")),
         labels=dict(metadata.get("labels") or {}),
-        taints=taints,
+        taints=node_taints(body),
         unschedulable=bool(spec.get("unschedulable")),
         created=metadata.get("creationTimestamp"),
     )

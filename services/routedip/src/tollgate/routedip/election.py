@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from tollgate.models.nodes import UNSCHEDULABLE_TAINT
 from tollgate.models.routedip import MOVE_TAINT_KEY
 from tollgate.routedip.state import NodeState, PodState, ServiceState, SliceState
 
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 # Taints that announce a node is going away, whatever their effect.
 DRAIN_TAINTS = frozenset(
     {

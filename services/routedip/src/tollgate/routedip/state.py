@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tollgate.models.nodes import Taint, node_taints
 from tollgate.models.routedip import MOVE_TAINT_KEY, ClusterRoutedIPClassSpec
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -22,13 +23,6 @@ def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,9 +57,7 @@ def node_state(body: Mapping[str, Any]) -> NodeState:
         ready=ready is not None and ready.get("status") == "True",
         ready_detail=detail,
         unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(
-            Taint(t["key"], t.get("effect", ""), t.get("value") or "") for t in spec.get("taints") or [] if "key" in t
-        ),
+        taints=node_taints(body),
         deleting=meta.get("deletionTimestamp") is not None,
         provider_id=spec.get("providerID"),
     )
