@@ -399,3 +399,44 @@ def test_status_printer_columns_and_events_follow_kubernetes_conventions(
     table = cluster.kubectl("get", "goop", "plain", "-n", namespace).stdout.split()
     assert table[:8] == ["NAME", "PLACEMENT", "DESIRED", "ACTIVE", "SUCCEEDED", "FAILED", "PHASE", "AGE"]
     assert table[8:15] == ["plain", "Jobs", "2", "0", "2", "0", "Completed"]
+
+
+def test_of_two_replicas_one_acts_and_the_standby_takes_over_when_it_crashes(
+    run_service: ServiceFactory, kube: client.ApiClient, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """Leader election as the chart turns it on: the Lease in the release namespace, named after the service."""
+    lease_name = f"tollgate-jobs-{uuid.uuid4().hex[:6]}"
+    settings = {
+        "TOLLGATE_JOBS_SERVICE_NAME": lease_name,
+        "TOLLGATE_JOBS_LEADER_ELECTION": "true",
+        "POD_NAMESPACE": "tollgate-system",
+        "TOLLGATE_JOBS_LEASE_DURATION_SECONDS": "6",  # renewals survive a loaded machine
+    }
+    first = run_service("jobs", rbac=True, env={**settings, "POD_NAME": "first"})
+    leases = client.CoordinationV1Api(kube)
+
+    def holder() -> str:
+        """The Lease's holder; none until the first replica has created it (it is ready before that)."""
+        try:
+            spec = leases.read_namespaced_lease(lease_name, "tollgate-system").spec
+        except client.ApiException as error:
+            if error.status == 404:
+                return ""
+            raise
+        return str(spec.holder_identity or "") if spec is not None else ""
+
+    wait_for(lambda: holder().startswith("first_"), "the first replica to lead", timeout=TIMEOUT)
+    second = run_service("jobs", rbac=True, env={**settings, "POD_NAME": "second"})  # ready while standing by
+    create_goop(custom, namespace, "before", jobCount=2)
+    assert wait_phase(custom, namespace, "before", "Completed")["succeeded"] == 2
+    assert holder().startswith("first_")
+    assert "created Job" in first.logs()
+    assert "standing by" in second.logs() and "created Job" not in second.logs()
+
+    first.kill()
+    wait_for(lambda: holder().startswith("second_"), "the standby to take the Lease over", timeout=TIMEOUT)
+    create_goop(custom, namespace, "after", jobCount=2)
+    assert wait_phase(custom, namespace, "after", "Completed")["succeeded"] == 2
+    assert "created Job" in second.logs()
+    before = read_goop(custom, namespace, "before")
+    assert len(jobs_of(kube, namespace, before)) == 2, "the new leader re-reads the finished Goop, creating nothing"

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
 import kopf
 
+from tollgate.runtime.kube import api_client
+from tollgate.runtime.leader import LeaderElector, LeaseConfig
 from tollgate.runtime.service import ServiceContext
 from tollgate.runtime.settings import ServiceSettings
+
+log = logging.getLogger("tollgate.runtime.operator")
 
 FINALIZER = "tollgate.io/finalizer"
 
@@ -26,16 +31,41 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
 
 
 async def run_operator(
-    settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry | None = None
+    settings: ServiceSettings,
+    context: ServiceContext,
+    registry: kopf.OperatorRegistry | None = None,
+    lease: LeaseConfig | None = None,
 ) -> None:
     """Run kopf until the service is asked to stop. Watches `settings.namespace`, or the whole cluster.
 
     kopf installs its own SIGTERM/SIGINT handlers over the service's; its cleanup phase sets the service's
     stop flag, so the rest of the service (servers, background tasks) stops with it.
+
+    With a `lease`, kopf starts only once this replica holds it (until then the replica stands by, ready);
+    a clean stop hands the Lease over, and losing it stops kopf and raises LeaseLost, so the process exits
+    and comes back as a standby.
     """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
-    registry = registry or kopf.get_default_registry()
+    elector = LeaderElector(api_client(settings.kubeconfig), lease) if lease is not None else None
+    if elector is not None and not await elector.acquire(context.stop):
+        return
+    keeping = asyncio.create_task(elector.keep(context.stop)) if elector is not None else None
+    if keeping is not None:
+        keeping.add_done_callback(lambda _: context.stop.set())
+    try:
+        await _run_kopf(settings, context, registry or kopf.get_default_registry())
+    finally:
+        context.stop.set()
+    if keeping is not None and elector is not None:
+        await asyncio.wait({keeping})
+        if (lost := keeping.exception()) is not None:
+            log.error("lost the Lease: stopping so that this replica restarts as a standby", extra={"why": str(lost)})
+            raise lost
+        await elector.release()
+
+
+async def _run_kopf(settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -57,4 +87,3 @@ async def run_operator(
         ready_flag=ready,
         stop_flag=context.stop,
     )
-    context.stop.set()

@@ -20,3 +20,16 @@ class ServiceSettings(BaseSettings):
     health_port: int = Field(default=8080, ge=0, le=65535, description="/healthz, /readyz and /metrics; 0 picks one.")
     kubeconfig: Path | None = Field(default=None, description="Kubeconfig file; in-cluster config when unset.")
     namespace: str | None = Field(default=None, description="Namespace to watch; all namespaces when unset.")
+
+
+class ControllerSettings(ServiceSettings):
+    """A controller that must not act from two replicas at once: it can hold a Lease while it works."""
+
+    leader_election: bool = Field(
+        default=False,
+        description="Act only while holding the Lease named after the service; other replicas stand by.",
+    )
+    lease_namespace: str | None = Field(default=None, description="Namespace of the Lease (POD_NAMESPACE when unset).")
+    lease_duration_seconds: float = Field(
+        default=15.0, ge=2, le=300, description="Seconds a Lease nobody renews stays held before a standby takes over."
+    )

@@ -11,12 +11,13 @@ from tollgate.jobs.controller import Reconciler, Tuning
 from tollgate.jobs.handlers import build_registry
 from tollgate.jobs.k8s import GoopApi
 from tollgate.runtime.kube import api_client
+from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import ControllerSettings
 
 
-class Settings(ServiceSettings):
+class Settings(ControllerSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_JOBS_", extra="ignore")
 
     service_name: str = "tollgate-jobs"
@@ -30,7 +31,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     tuning = Tuning(max_backoff=settings.max_backoff_seconds, taken_retry=settings.name_taken_retry_seconds)
     reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
     try:
-        await run_operator(settings, context, build_registry(reconciler))
+        await run_operator(settings, context, build_registry(reconciler), lease_config(settings))
     finally:
         await reconciler.close()
 

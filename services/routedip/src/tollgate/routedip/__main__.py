@@ -10,12 +10,13 @@ from pydantic_settings import SettingsConfigDict
 from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
 from tollgate.routedip.handlers import build_registry
 from tollgate.routedip.k8s import Kube
+from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import ControllerSettings
 
 
-class Settings(ServiceSettings):
+class Settings(ControllerSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_", extra="ignore")
 
     service_name: str = "tollgate-routedip"
@@ -48,7 +49,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     )
     controller = Controller(kube, config, context.telemetry)
     try:
-        await run_operator(settings, context, build_registry(controller))
+        await run_operator(settings, context, build_registry(controller), lease_config(settings))
     finally:
         await controller.stop()
         kube.close()

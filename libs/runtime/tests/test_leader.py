@@ -1,0 +1,92 @@
+"""Leader election on a real API server: one holder at a time, hand-over, crash take-over, loss detected."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from kubernetes import client
+
+from tollgate.runtime.leader import LeaderElector, LeaseConfig, LeaseLost
+
+DURATION = 4.0
+
+
+def elector(kube: client.ApiClient, namespace: str, identity: str) -> LeaderElector:
+    return LeaderElector(kube, LeaseConfig(namespace, "probe", identity, DURATION))
+
+
+def lease_spec(kube: client.ApiClient, namespace: str) -> client.V1LeaseSpec:
+    spec = client.CoordinationV1Api(kube).read_namespaced_lease("probe", namespace).spec
+    assert spec is not None
+    return spec
+
+
+async def test_a_renewing_holder_keeps_the_lease_and_hands_it_over_when_it_stops(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    first, second = elector(kube, namespace, "first"), elector(kube, namespace, "second")
+    first_stop, second_stop = asyncio.Event(), asyncio.Event()
+    assert await first.acquire(first_stop)
+    keeping = asyncio.create_task(first.keep(first_stop))
+    standby = asyncio.create_task(second.acquire(second_stop))
+    acquired_at = lease_spec(kube, namespace).acquire_time
+    # Twice the lease duration: the holder renews, so the standby never takes over.
+    renewals: set[object] = set()
+    deadline = time.monotonic() + 2 * DURATION
+    while time.monotonic() < deadline:
+        spec = lease_spec(kube, namespace)
+        assert spec.holder_identity == "first" and not standby.done()
+        renewals.add(spec.renew_time)
+        await asyncio.sleep(0.5)
+    assert len(renewals) >= 3, "the holder renews the Lease every duration / 5"
+
+    first_stop.set()
+    await keeping
+    await first.release()
+    assert await asyncio.wait_for(standby, DURATION), "a released Lease is taken at the standby's next retry"
+    spec = lease_spec(kube, namespace)
+    assert (spec.holder_identity, spec.lease_transitions) == ("second", 1)
+    assert spec.acquire_time is not None and acquired_at is not None and spec.acquire_time > acquired_at
+
+
+async def test_a_crashed_holder_is_replaced_only_once_its_lease_has_run_out(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    crashed, standby = elector(kube, namespace, "crashed"), elector(kube, namespace, "standby")
+    assert await crashed.acquire(asyncio.Event())  # and then never renews nor releases
+    last_renewal = lease_spec(kube, namespace).renew_time
+    assert await asyncio.wait_for(standby.acquire(asyncio.Event()), 4 * DURATION)
+    spec = lease_spec(kube, namespace)
+    assert spec.holder_identity == "standby" and spec.lease_transitions == 1
+    assert spec.acquire_time is not None and last_renewal is not None
+    assert spec.acquire_time - last_renewal >= timedelta(seconds=DURATION)
+
+
+async def test_replicas_racing_for_a_free_lease_elect_exactly_one(kube: client.ApiClient, namespace: str) -> None:
+    electors = [elector(kube, namespace, f"replica-{index}") for index in range(5)]
+    won = await asyncio.gather(*(candidate.try_acquire() for candidate in electors))
+    assert sum(won) == 1
+    assert lease_spec(kube, namespace).holder_identity == f"replica-{won.index(True)}"
+
+
+async def test_a_holder_whose_lease_was_taken_learns_it_has_lost_it(kube: client.ApiClient, namespace: str) -> None:
+    holder = elector(kube, namespace, "holder")
+    stop = asyncio.Event()
+    assert await holder.acquire(stop)
+    leases = client.CoordinationV1Api(kube)
+    lease = leases.read_namespaced_lease("probe", namespace)
+    assert lease.spec is not None
+    lease.spec.holder_identity = "intruder"
+    leases.replace_namespaced_lease("probe", namespace, lease)
+    with pytest.raises(LeaseLost, match="now held by intruder"):
+        await asyncio.wait_for(holder.keep(stop), 2 * DURATION)
+    await holder.release()
+    assert lease_spec(kube, namespace).holder_identity == "intruder", "a replica releases only its own Lease"
+
+
+def test_a_lease_shorter_than_two_seconds_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 2 s"):
+        LeaseConfig("ns", "probe", "me", duration=1)
