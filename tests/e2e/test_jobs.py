@@ -320,7 +320,14 @@ def add_node(core: client.CoreV1Api, nodes: list[str], name: str, run: str, pods
         )
     )
     nodes.append(name)
+    # KWOK's node-initialize stage writes allocatable from the node it last saw: set the room only after it has
+    # run (the node is Ready), or its late write can put back the default and let a held worker start.
+    wait_for(lambda: _ready(core.read_node(name)), f"KWOK to initialize node {name}", timeout=TIMEOUT)
     set_pod_room(core, name, pods)
+
+
+def _ready(node: client.V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
 def set_pod_room(core: client.CoreV1Api, name: str, pods: int) -> None:
