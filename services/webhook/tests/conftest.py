@@ -23,7 +23,9 @@ from tollgate.webhook.api.app import Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import Store, store_for
 from tollgate.webhook.certs import ReloadingContext, generate
-from tollgate.webhook.validation import INDEXES, Limits, validate
+from tollgate.webhook.defaulting import JSONPatch, default_patch
+from tollgate.webhook.kinds import Model
+from tollgate.webhook.validation import INDEXES, Limits, parse, validate
 
 SAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "samples"
 
@@ -58,6 +60,18 @@ def fill(*objects: Obj) -> Store:
     for kind in store.kinds:
         store.replace(kind, [obj for obj in objects if obj["kind"] == kind])
     return store
+
+
+def defaults_for(model: Model, obj: dict[str, Any]) -> JSONPatch:
+    """The webhook's defaulting patch for `obj` as its model parses it; none when the model refuses it."""
+    resource, _ = parse(model, obj)
+    return default_patch(obj, resource) if resource is not None else []
+
+
+@pytest.fixture(scope="session")
+def defaults() -> Callable[[Model, dict[str, Any]], JSONPatch]:
+    """`defaults(model, obj)`: the defaulting patch (see defaults_for)."""
+    return defaults_for
 
 
 @pytest.fixture(scope="session")

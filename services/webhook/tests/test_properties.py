@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 from tollgate.models import VirtualService, kind_for
 from tollgate.webhook.admission import BadReview, mutate, parse_review, review
 from tollgate.webhook.cache import Store, store_for
-from tollgate.webhook.defaulting import default_patch
-from tollgate.webhook.kinds import KINDS, Kind, kind_of
+from tollgate.webhook.defaulting import JSONPatch
+from tollgate.webhook.kinds import KINDS, Kind, Model, kind_of
 from tollgate.webhook.validation import INDEXES, Limits
 
 Obj = dict[str, Any]
 Sample = Callable[[str], Obj]
+Defaults = Callable[[Model, Obj], JSONPatch]
 
 SCALARS = (
     st.none()
@@ -99,7 +100,7 @@ def filled(objects: list[Obj]) -> Store:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), kind=st.sampled_from(KINDS), operation=st.sampled_from(["CREATE", "UPDATE"]))
 def test_random_objects_are_defaulted_and_judged_without_a_crash(
-    sample: Sample, data: st.DataObject, kind: Kind, operation: str
+    sample: Sample, data: st.DataObject, kind: Kind, operation: str, defaults: Defaults
 ) -> None:
     obj = data.draw(mutated(sample(kind.name)), "object")
     cached = data.draw(st.lists(st.sampled_from(CACHED_KINDS).flatmap(lambda k: mutated(sample(k))), max_size=3))
@@ -120,7 +121,7 @@ def test_random_objects_are_defaulted_and_judged_without_a_crash(
             continue
         raise AssertionError(f"{operation_['path']} exists and would be replaced")
     patched = jsonpatch.apply_patch(obj, defaulting.patch)
-    assert default_patch(kind.model, patched) == []
+    assert defaults(kind.model, patched) == []
     decision = review(kind, parse_review(admission(patched, kind, operation, old)), filled(cached), Limits())
     answer = json.loads(json.dumps(decision.response("u")))
     metadata_only = operation == "UPDATE" and old is not None and old.get("spec") == patched.get("spec")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tollgate.webhook.defaulting import JSONPatch, additions
+from tollgate.webhook.defaulting import JSONPatch, default_patch
 from tollgate.webhook.kinds import Kind
 from tollgate.webhook.validation import Limits, View, Violation, field_path, parse, validate
 
@@ -168,7 +168,7 @@ def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
         if _being_deleted_or_unchanged(request, obj):
             return Decision(allowed=True)
         return _denial(kind, obj, violations)
-    return Decision(allowed=True, patch=additions(obj.get("spec"), resource.to_wire()["spec"], "/spec"))
+    return Decision(allowed=True, patch=default_patch(obj, resource))
 
 
 def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) -> Decision:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from tollgate.webhook.kinds import Model
+from tollgate.models import CustomResource
 
 JSONPatch = list[dict[str, Any]]
 
@@ -41,19 +39,7 @@ def additions(original: Any, complete: Any, pointer: str) -> JSONPatch:
     return []
 
 
-def complete_spec(model: Model, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The spec with every model default filled in, or None when the model refuses the object."""
-    try:
-        parsed = model.model_validate({key: value for key, value in obj.items() if key != "status"})
-    except ValidationError:
-        return None
-    spec: dict[str, Any] = parsed.to_wire()["spec"]
-    return spec
-
-
-def default_patch(model: Model, obj: dict[str, Any]) -> JSONPatch:
-    """The JSON patch (RFC 6902) that adds the model's defaults to `obj`'s spec; status is not ours."""
-    spec = complete_spec(model, obj)
-    if spec is None:
-        return []
-    return additions(obj.get("spec"), spec, "/spec")
+def default_patch(obj: dict[str, Any], resource: CustomResource[Any, Any]) -> JSONPatch:
+    """The JSON patch (RFC 6902) that adds to `obj`'s spec the defaults its parsed model `resource` holds;
+    status is not ours."""
+    return additions(obj.get("spec"), resource.to_wire()["spec"], "/spec")
