@@ -20,8 +20,10 @@ import pytest
 from kubernetes import client
 
 from tollgate.jobs.planning import GOOP_UID_LABEL
+from tollgate.models.base import parse_rfc3339
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.nodes import node_ready
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
@@ -132,10 +134,6 @@ def finish_pod(core: client.CoreV1Api, namespace: str, job: str, exit_code: int)
     }
     core.patch_namespaced_pod_status(str(pod.metadata.name), namespace, {"status": status})
     return str(pod.metadata.name)
-
-
-def parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 # --- tests ------------------------------------------------------------------------------------------------------
@@ -322,12 +320,8 @@ def add_node(core: client.CoreV1Api, nodes: list[str], name: str, run: str, pods
     nodes.append(name)
     # KWOK's node-initialize stage writes allocatable from the node it last saw: set the room only after it has
     # run (the node is Ready), or its late write can put back the default and let a held worker start.
-    wait_for(lambda: _ready(core.read_node(name)), f"KWOK to initialize node {name}", timeout=TIMEOUT)
+    wait_for(lambda: node_ready(core, name), f"KWOK to initialize node {name}", timeout=TIMEOUT)
     set_pod_room(core, name, pods)
-
-
-def _ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
 def set_pod_room(core: client.CoreV1Api, name: str, pods: int) -> None:
@@ -359,7 +353,10 @@ def test_per_node_includes_nodes_joining_mid_run_only_when_asked(
     # Creation times have one-second resolution, and a node created in the run's first second counts as
     # present at its start: let that second pass (on this machine's clock, the API server's too).
     started = max(
-        parse_time(wait_status(custom, namespace, g, lambda s: "startTime" in s, "started")["startTime"])
+        cast(
+            datetime,
+            parse_rfc3339(wait_status(custom, namespace, g, lambda s: "startTime" in s, "started")["startTime"]),
+        )
         for g in ("growing", "fixed")
     )
     wait_for(lambda: datetime.now(UTC) >= started + timedelta(seconds=1), "the runs' first second to pass")

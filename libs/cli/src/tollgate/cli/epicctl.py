@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from tollgate.models.base import parse_rfc3339
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     PRODUCT_NAME,
@@ -44,9 +45,9 @@ class CommandError(Exception):
 
 def age(timestamp: str | None, now: datetime | None = None) -> str:
     """kubectl's compact age: 42s, 7m, 3h, 12d."""
-    if not timestamp:
+    then = parse_rfc3339(timestamp)
+    if then is None:
         return "<unknown>"
-    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
     if seconds < 120:
         return f"{seconds}s"

@@ -50,6 +50,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def parse_rfc3339(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (`2026-11-21T22:41:12Z`) as an aware datetime in UTC; None for none."""
+    return datetime.fromisoformat(text).astimezone(UTC) if text else None
+
+
 class Status(WireModel):
     """Every status carries the generation it reflects and its conditions."""
 

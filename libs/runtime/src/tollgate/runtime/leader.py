@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
+from tollgate.runtime.kube import is_conflict, is_not_found
 from tollgate.runtime.settings import ControllerSettings
 
 log = logging.getLogger("tollgate.runtime.leader")
@@ -41,16 +42,13 @@ class LeaseConfig:
             raise ValueError(f"lease duration must be at least 2 s (got {self.duration})")
 
     @property
-    def renew_every(self) -> float:
+    def period(self) -> float:
+        """How often the holder renews, and a standby reads the Lease."""
         return self.duration / 5
 
     @property
     def renew_deadline(self) -> float:
         return self.duration * 2 / 3
-
-    @property
-    def retry(self) -> float:
-        return self.duration / 5
 
 
 def claimed(spec: client.V1LeaseSpec, identity: str, duration: float, now: datetime) -> client.V1LeaseSpec:
@@ -88,7 +86,7 @@ class LeaderElector:
         try:
             return await asyncio.to_thread(self.api.read_namespaced_lease, self.config.name, self.config.namespace)
         except client.ApiException as error:
-            if error.status == 404:
+            if is_not_found(error):
                 return None
             raise
 
@@ -98,7 +96,7 @@ class LeaderElector:
         try:
             await asyncio.to_thread(self.api.replace_namespaced_lease, self.config.name, self.config.namespace, lease)
         except client.ApiException as error:
-            if error.status == 409:
+            if is_conflict(error):
                 return False
             raise
         return True
@@ -111,7 +109,7 @@ class LeaderElector:
         try:
             await asyncio.to_thread(self.api.create_namespaced_lease, self.config.namespace, lease)
         except client.ApiException as error:
-            if error.status == 409:
+            if is_conflict(error):
                 return False
             raise
         return True
@@ -155,7 +153,7 @@ class LeaderElector:
                     announced = True
             except client.ApiException as error:
                 log.warning("cannot read or write the Lease", extra={"lease": self._where(), "error": str(error)})
-            if await _stopped_within(stop, self.config.retry):
+            if await _stopped_within(stop, self.config.period):
                 break
         return False
 
@@ -163,7 +161,7 @@ class LeaderElector:
         """Renew the Lease until `stop` is set; raise LeaseLost when another replica holds it or when renewing
         has failed for the renew deadline."""
         renewed_at = time.monotonic()
-        while not await _stopped_within(stop, self.config.renew_every):
+        while not await _stopped_within(stop, self.config.period):
             try:
                 lease = await self._read()
                 holder = lease.spec.holder_identity if lease is not None and lease.spec is not None else None

@@ -47,25 +47,25 @@ async def run_operator(
     """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
-    elector = LeaderElector(api_client(settings.kubeconfig), lease) if lease is not None else None
-    if elector is not None and not await elector.acquire(context.stop):
+    registry = registry or kopf.get_default_registry()
+    if lease is None:
+        await _run_kopf(settings, context, registry)
         return
-    keeping = asyncio.create_task(elector.keep(context.stop)) if elector is not None else None
-    if keeping is not None:
-        keeping.add_done_callback(lambda _: context.stop.set())
-    try:
-        await _run_kopf(settings, context, registry or kopf.get_default_registry())
-    finally:
-        context.stop.set()
-    if keeping is not None and elector is not None:
-        await asyncio.wait({keeping})
-        if (lost := keeping.exception()) is not None:
-            log.error("lost the Lease: stopping so that this replica restarts as a standby", extra={"why": str(lost)})
-            raise lost
-        await elector.release()
+    elector = LeaderElector(api_client(settings.kubeconfig), lease)
+    if not await elector.acquire(context.stop):
+        return
+    keeping = asyncio.create_task(elector.keep(context.stop))
+    keeping.add_done_callback(lambda _: context.stop.set())
+    await _run_kopf(settings, context, registry)
+    await asyncio.wait({keeping})
+    if (lost := keeping.exception()) is not None:
+        log.error("lost the Lease: stopping so that this replica restarts as a standby", extra={"why": str(lost)})
+        raise lost
+    await elector.release()
 
 
 async def _run_kopf(settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry) -> None:
+    """kopf until it stops; the service's stop flag is set afterwards, however kopf ended."""
 
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -79,11 +79,14 @@ async def _run_kopf(settings: ServiceSettings, context: ServiceContext, registry
     ready = asyncio.Event()
     context.health.add_readiness_check("operator", lambda: ready.is_set() or "kopf is not watching yet")
     namespaces = [settings.namespace] if settings.namespace else []
-    await kopf.operator(
-        registry=registry,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=True,
-        ready_flag=ready,
-        stop_flag=context.stop,
-    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+            ready_flag=ready,
+            stop_flag=context.stop,
+        )
+    finally:
+        context.stop.set()

@@ -243,7 +243,7 @@ class DevSystem:
         rows = []
         for pod in self._get("pods"):
             labels = pod["metadata"].get("labels", {})
-            if "tollgate.io/envoy-proxy" not in labels:
+            if ENVOY_PROXY_LABEL not in labels:
                 continue
             node = f"{pod['metadata']['name']}.{pod['metadata']['namespace']}"
             ready: dict[str, str] = next((c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), {})

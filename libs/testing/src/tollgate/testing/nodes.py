@@ -52,16 +52,21 @@ HOLD_POLICY_OBJECTS = [
 ]
 
 
-def node_ready(core: client.CoreV1Api, name: str) -> bool:
-    status = core.read_node(name).status
+def is_ready(node: client.V1Node) -> bool:
+    """Whether the node's Ready condition is True."""
+    status = node.status
     return status is not None and any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
+def node_ready(core: client.CoreV1Api, name: str) -> bool:
+    return is_ready(core.read_node(name))
 
 
 def node_recovered(core: client.CoreV1Api, name: str) -> bool:
     """Ready, and without the taints the node lifecycle controller put on it while it was not."""
-    spec = core.read_node(name).spec
-    taints = (spec.taints if spec is not None else None) or []
-    return node_ready(core, name) and not any(t.key.startswith("node.kubernetes.io/") for t in taints)
+    node = core.read_node(name)
+    taints = (node.spec.taints if node.spec is not None else None) or []
+    return is_ready(node) and not any(t.key.startswith("node.kubernetes.io/") for t in taints)
 
 
 class Nodes:

@@ -84,7 +84,7 @@ def container_env(pod: JSON, container: JSON) -> dict[str, str]:
     env: dict[str, str] = {}
     for var in container.get("env", []):
         if "value" in var:
-            env[var["name"]] = _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), var["value"])
+            env[var["name"]] = expand(var["value"], env)
         elif (ref := var.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in _FIELD_PATHS:
             env[var["name"]] = str(_FIELD_PATHS[ref["fieldPath"]](pod))
     return env

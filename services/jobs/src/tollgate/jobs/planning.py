@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
+from tollgate.models.base import parse_rfc3339
 from tollgate.models.goop import Goop, GoopSpec, GoopStatus, JobDetail, JobPhase, Phase
 from tollgate.models.nodes import UNSCHEDULABLE_TAINT, Taint, node_taints
 
@@ -258,12 +258,8 @@ def schedulable(node: NodeInfo, spec: GoopSpec) -> bool:
     return all(tolerates(tolerations, t) for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
 def _joined_after(node: NodeInfo, moment: str | None) -> bool:
-    created, cutoff = _parse_time(node.created), _parse_time(moment)
+    created, cutoff = parse_rfc3339(node.created), parse_rfc3339(moment)
     return created is not None and cutoff is not None and created > cutoff
 
 

@@ -13,16 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tollgate.models.base import parse_rfc3339
 from tollgate.models.nodes import Taint, node_taints
 from tollgate.models.routedip import MOVE_TAINT_KEY, ClusterRoutedIPClassSpec
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -53,7 +48,7 @@ def node_state(body: Mapping[str, Any]) -> NodeState:
         detail = f"NotReady (Ready={ready.get('status')}, {reason})"
     return NodeState(
         name=meta["name"],
-        created=parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+        created=parse_rfc3339(meta.get("creationTimestamp")) or datetime.now(UTC),
         ready=ready is not None and ready.get("status") == "True",
         ready_detail=detail,
         unschedulable=bool(spec.get("unschedulable")),
@@ -225,7 +220,7 @@ def placement_of(status: Mapping[str, Any]) -> Placement:
     return Placement(
         assigned=status.get("assignedNode") or None,
         target=status.get("targetNode") or None,
-        last_move=parse_time(status.get("lastMoveTime")),
+        last_move=parse_rfc3339(status.get("lastMoveTime")),
     )
 
 
