@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from tollgate.allocator import allocation
 from tollgate.allocator.k8s import Kube
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
 from tollgate.models.epic import EPIC, SINGLETON_NAME, SYSTEM_NAMESPACE, EPICSpec
@@ -85,7 +85,7 @@ async def run_scheme(scheme: str, allocators: int, ids: int, block: int, kubecon
         conflicts=sum(s.conflicts for s in stats),
         retries=sum(s.retries for s in stats),
         writes=sum(s.writes for s in stats),
-        duplicates=sum(n - 1 for n in Counter(handed).values() if n > 1),
+        duplicates=sum(n - 1 for n in allocation.duplicates(handed).values()),
     )
 
 

@@ -158,7 +158,6 @@ async def test_the_firewall_is_made_exactly_what_the_plan_lists(
         {"app": "ingress"},
         True,
         (ServicePort("TCP", 80, 30080), ServicePort("UDP", 53, 30053)),
-        "NodePort",
     )
     pods = [PodState("web", "p", {"app": "ingress"}, "worker-1", True, (("TCP", 443),))]
     plan = plan_firewall([(service, ["worker-0", "worker-1"])], pods, NODES, (30000, 32767))

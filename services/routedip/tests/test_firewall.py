@@ -16,7 +16,6 @@ SERVICE = ServiceState(
     {"app": "ingress"},
     local_traffic=True,
     ports=(ServicePort("TCP", 80, 30080, "http"), ServicePort("UDP", 53, 30053, "dns"), ServicePort("TCP", 9000)),
-    type="NodePort",
 )
 
 
@@ -66,7 +65,7 @@ def test_a_cluster_ip_service_without_node_ports_or_host_ports_opens_nothing() -
 
 
 def test_a_plan_merges_routed_ips_per_node_and_resolves_machine_ids() -> None:
-    other = ServiceState("web", "dns", {"app": "dns"}, False, (ServicePort("UDP", 53, 31053),), "NodePort")
+    other = ServiceState("web", "dns", {"app": "dns"}, False, (ServicePort("UDP", 53, 31053),))
     nodes = {"n1": node("n1", "digitalocean://101"), "n2": node("n2", "digitalocean://102"), "n3": node("n3", None)}
     plan = plan_firewall([(SERVICE, ["n1"]), (other, ["n1", "n2"]), (other, ["n3"])], [], nodes, RANGE)
     assert plan.nodes["n1"].ports == {PortRule("tcp", 30080), PortRule("udp", 30053), PortRule("udp", 31053)}

@@ -98,17 +98,11 @@ def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_pa
     """
     started: list[ServiceProcess] = []
 
-    def start(
-        name: str, *, kubeconfig: Path | None = None, rbac: bool = False, ready: bool = True, **kwargs: Any
-    ) -> ServiceProcess:
-        if rbac:
-            kubeconfig = service_account_kubeconfig(cluster, name, tmp_path)
-        service = ServiceProcess(name, kubeconfig or cluster.kubeconfig, tmp_path / "logs", **kwargs)
+    def start(name: str, *, rbac: bool = False, **kwargs: Any) -> ServiceProcess:
+        kubeconfig = service_account_kubeconfig(cluster, name, tmp_path) if rbac else cluster.kubeconfig
+        service = ServiceProcess(name, kubeconfig, tmp_path / "logs", **kwargs)
         started.append(service)
-        service.start()
-        if ready:
-            service.wait_ready()
-        return service
+        return service.start().wait_ready()
 
     yield start
     for service in started:

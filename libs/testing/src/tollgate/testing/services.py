@@ -24,7 +24,6 @@ class ServiceProcess:
         kubeconfig: Path,
         log_dir: Path,
         env: dict[str, str] | None = None,
-        args: tuple[str, ...] = (),
         module: str | None = None,
     ) -> None:
         self.name = name
@@ -42,7 +41,6 @@ class ServiceProcess:
             f"{prefix}LOG_LEVEL": "DEBUG",
             **(env or {}),
         }
-        self.args = args
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -54,7 +52,7 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args], env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", self.module], env=self.env, stdout=self._log, stderr=subprocess.STDOUT
         )
         return self
 

@@ -73,7 +73,6 @@ class ServiceState:
     selector: Mapping[str, str] | None
     local_traffic: bool
     ports: tuple[ServicePort, ...] = ()
-    type: str = "ClusterIP"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -99,7 +98,6 @@ def service_state(body: Mapping[str, Any]) -> ServiceState:
             )
             for p in spec.get("ports") or []
         ),
-        type=spec.get("type", "ClusterIP"),
     )
 
 
@@ -198,22 +196,6 @@ class RoutedIPState:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
-
-    def with_status(self, status: Mapping[str, Any]) -> RoutedIPState:
-        return RoutedIPState(
-            namespace=self.namespace,
-            name=self.name,
-            uid=self.uid,
-            generation=self.generation,
-            class_name=self.class_name,
-            ip=self.ip,
-            service=self.service,
-            placement=placement_of(status),
-            status=status,
-            deleting=self.deleting,
-            finalizers=self.finalizers,
-            resource_version=self.resource_version,
-        )
 
 
 def placement_of(status: Mapping[str, Any]) -> Placement:

@@ -105,7 +105,6 @@ class XdsServer:
         self._changes: list[float] = []
         self._dirty = asyncio.Event()
         self._outstanding: list[_Outstanding] = []
-        self.recomputes = 0
         meter = meter or metrics.get_meter("tollgate.xds")
         self.tracer = tracer or trace.get_tracer("tollgate.xds")
         self._connected = meter.create_up_down_counter("xds_connected_envoys", description="Envoys connected over ADS")
@@ -151,7 +150,6 @@ class XdsServer:
             configs: dict[tuple[str, ir.Labels], ir.ProxyConfig] = {}
             affected = {conn.id for conn in self.connections.values() if self._refresh(conn, configs)}
             span.set_attribute("xds.envoys.affected", len(affected))
-        self.recomputes += 1
         if affected and observed:
             self._outstanding.append(_Outstanding(observed, affected))
         self.status_dirty.set()

@@ -14,7 +14,6 @@ What makes it more than a cache:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -35,7 +34,6 @@ class Push:
     resources: tuple[Resource, ...]
     removed: tuple[str, ...]
     changed: tuple[Resource, ...]
-    sent_at: float
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,6 @@ class Nack:
     nonce: str
     message: str
     owners: frozenset[ir.SourceRef]
-    at: float
 
 
 @dataclass
@@ -106,9 +103,6 @@ class Stream:
                 self.generation[type_url] += 1
                 changed = True
         return changed
-
-    def owners(self) -> set[ir.SourceRef]:
-        return {r.owner for resources in self.desired.values() for r in resources.values() if r.owner is not None}
 
     def owner_state(self, owner: ir.SourceRef) -> OwnerState:
         """`Programmed`: the Envoy ACKed every resource of `owner`; `Rejected`: it NACKed one; else `Pending`."""
@@ -236,7 +230,6 @@ class Stream:
             nonce=push.nonce,
             message=error,
             owners=frozenset(r.owner for r in blamed if r.owner is not None),
-            at=time.monotonic(),
         )
         state.nack = nack
         state.nacked_generation = self.generation[state.type_url]
@@ -304,7 +297,6 @@ class Stream:
             resources=changed if self.delta else tuple(target.values()),
             removed=removed if self.delta else (),
             changed=changed,
-            sent_at=time.monotonic(),
         )
         if state.type_url == CLUSTER:
             # An Envoy re-creates a cluster it is sent: its endpoints must follow, even if unchanged.

@@ -65,7 +65,6 @@ class DigitalOceanClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._resume_at = 0.0  # monotonic time before which the rate-limit window is used up
-        self.requests = 0
         self.rate_limited = 0
 
     async def close(self) -> None:
@@ -94,7 +93,6 @@ class DigitalOceanClient:
             pause = self._resume_at - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
-            self.requests += 1
             try:
                 async with self._client().request(method, f"{self.api_url}{path}", json=body) as reply:
                     self._note_rate_limit(reply.headers)
