@@ -160,6 +160,7 @@ def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
             path, json.dumps(make_review(goop)).encode(), headers={"traceparent": f"00-{trace_id}-{parent_id}-01"}
         )
         assert status == 200
+
     # A span ends once the response is sent, which can be just after the client has read it.
     def finished() -> tuple[ReadableSpan, ...] | None:
         found = exporter.get_finished_spans()
