@@ -281,12 +281,13 @@ class Reconciler:
             in self.registry.in_flight
         ):
             return
+        lb = None
         if tunnel_id is not None:
             lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
             entry = ((lb or {}).get("status") or {}).get(TUNNELS, {}).get(str(rep["spec"]["address"])) or {}
             if lb is None or entry.get("tunnel-id") == tunnel_id:
                 return
-        await self.reconcile_remote_endpoint(rep)
+        await self.reconcile_remote_endpoint(rep, lb)
 
     async def reconcile_remote_endpoint(self, rep: JSON, lb: JSON | None = None) -> None:
         meta = rep["metadata"]
