@@ -31,7 +31,6 @@ from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, S
 from tollgate.models.epic import EPIC, SINGLETON_NAME, SYSTEM_NAMESPACE, EPICSpec
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
-from tollgate.testing.tools import repo_root
 
 
 @dataclass
@@ -109,8 +108,7 @@ def cluster(kubeconfig: Path | None) -> Iterator[Path | None]:
         embedded = EmbeddedCluster("allocator-bench", Path(tmp) / "kwok", Path(tmp) / "kubeconfig")
         try:
             embedded.up(1)
-            embedded.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
-            embedded.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+            embedded.install_crds()
             yield embedded.kubeconfig
         finally:
             embedded.down()

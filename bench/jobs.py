@@ -26,15 +26,14 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from bench.measure import cpu_seconds, rss_mib
 from tollgate.jobs.planning import Worker, job_manifest
 from tollgate.models.goop import GROUP, VERSION, Goop, GoopSpec
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.tools import repo_root
 
 CMD = "echo bench"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -45,18 +44,6 @@ class Row:
     goop_s: float
     cpu_s: float
     rss_mib: float
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
-def rss_mib(pid: int, key: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
 
 
 def fresh_namespace(core: client.CoreV1Api, prefix: str) -> str:
@@ -181,8 +168,7 @@ def main() -> int:
                 disable_qps_limits=not args.throttled,
             )
             cluster.up(3)
-            cluster.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd/goops.goop.example.com")
+            cluster.install_crds()
             kubeconfig = cluster.kubeconfig
         controller = ServiceProcess(
             "jobs", kubeconfig, workdir / "logs", env={"TOLLGATE_JOBS_LOG_LEVEL": "INFO"}

@@ -23,12 +23,12 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from bench.measure import percentile
 from tollgate.routedip.providers import local
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.nodes import HOLD_LABEL, HOLD_POLICY_OBJECTS
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 
 GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
@@ -87,11 +87,6 @@ def ready(node: dict[str, Any]) -> bool:
 def healthy(node: client.V1Node, tainted_ok: bool = False) -> bool:
     is_ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
     return is_ready and (tainted_ok or not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or []))
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def failover(core: client.CoreV1Api, watches: Watches, holder: str, ips: list[str]) -> tuple[float, list[float], str]:
@@ -195,8 +190,7 @@ def main() -> None:
     watches: Watches | None = None
     try:
         cluster.up(3)
-        cluster.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        cluster.install_crds()
         kube = api_client(cluster.kubeconfig)
         core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
         cluster.kubectl(

@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes import client, config
 
+from bench.measure import cpu_seconds, percentile
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.net import free_port
@@ -161,16 +161,6 @@ class Client:
 
             await asyncio.gather(*(worker() for _ in range(load.clients)))
         return latencies
-
-
-def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU the process has used (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def apiserver_pid(host: str) -> int | None:
@@ -330,8 +320,8 @@ def report(rows: list[tuple[str, Load, dict[Mode, Sample]]]) -> None:
     )
     print("| --- | ---: | ---: | --- | --- | ---: | ---: | --- | --- | --- |")
     for kind, load, samples in rows:
-        p50 = " / ".join(ms(percentile(samples[mode].latencies, 50)) for mode in MODES)
-        p99s = {mode: percentile(samples[mode].latencies, 99) for mode in MODES}
+        p50 = " / ".join(ms(percentile(samples[mode].latencies, 0.5)) for mode in MODES)
+        p99s = {mode: percentile(samples[mode].latencies, 0.99) for mode in MODES}
         p99 = " / ".join(ms(p99s[mode]) for mode in MODES)
         cpu = " / ".join(ms(samples[mode].apiserver_cpu / samples[mode].creates * 1000) for mode in MODES)
         webhook_cpu = " / ".join(ms(samples[mode].webhook_cpu / samples[mode].creates * 1000) for mode in MODES[1:])
@@ -361,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         if kubeconfig is None:
             cluster = EmbeddedCluster(f"bench-webhook-{uuid.uuid4().hex[:6]}", workdir / "kwok", workdir / "kubeconfig")
             cluster.up(1)
-            cluster.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+            cluster.install_crds()
             kubeconfig = cluster.kubeconfig
         bench = Bench(kubeconfig, workdir)
         rows: list[tuple[str, Load, dict[Mode, Sample]]] = []

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
+from bench.measure import rss_mib
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, POD_LABELS_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY, ads_bootstrap
 from tollgate.testing.envoy import EnvoyProcess
 from tollgate.testing.net import free_port
@@ -105,13 +106,6 @@ class Result:
     cpu_per_change: float
     responses_per_change: float
     rss_mb: float
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 @contextlib.asynccontextmanager
@@ -202,7 +196,7 @@ async def measure(mode: str, envoy_count: int, listener_count: int, changes: int
                 p99=quantiles[98],
                 cpu_per_change=cpu / changes,
                 responses_per_change=pushes / changes,
-                rss_mb=rss_mb(),
+                rss_mb=rss_mib(),
             )
     finally:
         stop.set()

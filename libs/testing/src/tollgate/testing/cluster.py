@@ -105,6 +105,12 @@ class EmbeddedCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
+    def install_crds(self) -> None:
+        """Apply the repository's CRDs (server-side, taking over fields another manager set) and wait until every
+        one is Established."""
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
+        self.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+
     def exists(self) -> bool:
         return (self.workdir / "clusters" / self.name / "kwok.yaml").exists()
 

@@ -109,8 +109,7 @@ class DevSystem:
     def start(self) -> None:
         seconds = self.cluster.up(3)
         self.say(f"cluster ready in {seconds:.1f} s (KUBECONFIG={self.cluster.kubeconfig})")
-        self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.root / "crds"))
-        self.cluster.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        self.cluster.install_crds()
         self.cluster.kubectl("create", "namespace", "tollgate-system", check=False)
         self._webhook_cli("certs", "--dir", str(self.dev_dir / "webhook"), "--host", "127.0.0.1")
         for component in components(self.dev_dir):

@@ -22,7 +22,6 @@ from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.tools import repo_root
 
 NODES = 3
 
@@ -44,8 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
     if external:
         reused = EmbeddedCluster("external", Path("/nonexistent"), Path(external))
         reused.wait_ready(60)
-        reused.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
-        reused.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        reused.install_crds()
         yield reused
         return
     workdir = tmp_path_factory.mktemp("kwok")
@@ -53,8 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
     try:
         seconds = embedded.up(NODES)
         print(f"\nembedded cluster ready in {seconds:.1f} s ({NODES} nodes)")
-        embedded.kubectl("apply", "--server-side", "-f", str(repo_root() / "crds"))
-        embedded.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/part-of=tollgate")
+        embedded.install_crds()
         yield embedded
     finally:
         embedded.down()

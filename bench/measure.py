@@ -1,0 +1,30 @@
+"""What the benchmarks read of a run: percentiles of samples, a process's CPU time and memory (/proc)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-quantile (0 < q < 1) of `samples`, interpolated between the nearest samples."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int | str = "self", key: str = "VmRSS") -> float:
+    """The process's resident memory (`VmHWM`: its peak) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
