@@ -26,12 +26,12 @@ from kubernetes import client
 from tollgate.models.base import parse_rfc3339
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
-    PRODUCT_NAME,
     USER_NAMESPACE_LABEL,
     Account,
     AccountSpec,
     LoadBalancer,
     account_namespace,
+    account_of,
 )
 from tollgate.runtime.kube import api_client
 
@@ -71,11 +71,6 @@ def table(rows: Sequence[Row], columns: Sequence[str]) -> str:
     lines = ["   ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
     lines += ["   ".join(r.get(c, "").ljust(widths[c]) for c in columns).rstrip() for r in rows]
     return "\n".join(lines)
-
-
-def account_of(namespace: str) -> str:
-    prefix = f"{PRODUCT_NAME}-"
-    return namespace[len(prefix) :] if namespace.startswith(prefix) else namespace
 
 
 def account_rows(accounts: list[JSON]) -> list[Row]:

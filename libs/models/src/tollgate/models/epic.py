@@ -26,6 +26,11 @@ def account_namespace(account: str) -> str:
     return f"{PRODUCT_NAME}-{account}"
 
 
+def account_of(namespace: str) -> str:
+    """The account whose user namespace `namespace` is; a namespace that is not one stands for itself."""
+    return namespace.removeprefix(account_namespace(""))
+
+
 def _columns(*columns: tuple[str, str, str]) -> list[PrinterColumn]:
     return [PrinterColumn(name=n, type=t, json_path=p) for n, t, p in columns]
 

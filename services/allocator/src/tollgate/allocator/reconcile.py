@@ -12,7 +12,7 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
-from tollgate.allocator.registry import TUNNELS, NotFoundError, Registry, account_of
+from tollgate.allocator.registry import TUNNELS, NotFoundError, Registry
 from tollgate.allocator.tunnels import Metrics
 from tollgate.models.base import Status
 from tollgate.models.epic import (
@@ -30,6 +30,7 @@ from tollgate.models.epic import (
     RemoteEndpoint,
     RemoteEndpointStatus,
     account_namespace,
+    account_of,
 )
 from tollgate.runtime.optimistic import update_optimistically
 

@@ -22,7 +22,6 @@ from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     LOAD_BALANCER_LABEL,
-    PRODUCT_NAME,
     Account,
     GUEEndpoint,
     GUETunnelEndpoint,
@@ -32,6 +31,7 @@ from tollgate.models.epic import (
     RemoteEndpointStatus,
     ServicePort,
     account_namespace,
+    account_of,
 )
 
 log = logging.getLogger("tollgate.allocator.registry")
@@ -59,12 +59,6 @@ class Tunnel:
     tunnel_id: int
     epic: GUEEndpoint
     remote_endpoint: str
-
-
-def account_of(namespace: str) -> str:
-    """The account whose user namespace `namespace` is."""
-    prefix = f"{PRODUCT_NAME}-"
-    return namespace[len(prefix) :] if namespace.startswith(prefix) else namespace
 
 
 def pointer(*parts: str) -> str:

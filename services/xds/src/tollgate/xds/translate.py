@@ -141,9 +141,8 @@ def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
 def load_balancer_selector(lb: LoadBalancer) -> ir.ProxySelector:
     """The proxies of a load balancer carry its name and its account: user namespaces are `epic-<account>`."""
     namespace = lb.namespace or ""
-    prefix = epic.account_namespace("")
-    if namespace.startswith(prefix) and len(namespace) > len(prefix):
-        account = namespace[len(prefix) :]
+    account = epic.account_of(namespace)
+    if account not in (namespace, ""):  # a user namespace
         return ir.ProxySelector(
             namespace=None, match=ir.labels({epic.LOAD_BALANCER_LABEL: lb.name, epic.ACCOUNT_LABEL: account})
         )
