@@ -50,6 +50,12 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def merge_patch(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns the object `before` into `after`: top-level keys `after`
+    lacks are set to null, the others replaced whole."""
+    return {key: None for key in before if key not in after} | after
+
+
 def parse_rfc3339(text: str | None) -> datetime | None:
     """A Kubernetes timestamp (`2026-11-21T22:41:12Z`) as an aware datetime in UTC; None for none."""
     return datetime.fromisoformat(text).astimezone(UTC) if text else None

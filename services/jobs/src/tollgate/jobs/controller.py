@@ -32,7 +32,7 @@ from tollgate.jobs.planning import (
     job_manifest,
     plan,
 )
-from tollgate.models.base import now_rfc3339
+from tollgate.models.base import merge_patch, now_rfc3339
 from tollgate.models.goop import Goop, GoopStatus
 from tollgate.runtime.telemetry import Telemetry
 
@@ -223,8 +223,7 @@ class Reconciler:
             status = final.status.to_wire()
             before = goop.status.to_wire() if goop.status is not None else {}
             if status != before:
-                patch: dict[str, Any] = {k: None for k in before if k not in status} | status
-                if not await self.api.patch_status(namespace, name, uid, patch):
+                if not await self.api.patch_status(namespace, name, uid, merge_patch(before, status)):
                     return None  # deleted meanwhile; its Jobs go with it
                 if goop.status is None or goop.status.phase != final.status.phase:
                     log.info("Goop phase", extra={"goop": f"{namespace}/{name}", "phase": final.status.phase})

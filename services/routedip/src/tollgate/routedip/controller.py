@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from tollgate.models.base import now_rfc3339
+from tollgate.models.base import merge_patch, now_rfc3339
 from tollgate.models.routedip import (
     GROUP,
     MOVE_TAINT_KEY,
@@ -362,8 +362,8 @@ class Controller:
             changed = status.set_condition(
                 "Accepted", "True", "Valid", f"provider {cls.spec.provider if cls.spec else '?'}", cls.generation
             )
-        if status.to_wire() != before:
-            await self.kube.patch_class_status(name, status.to_wire())
+        if (after := status.to_wire()) != before:
+            await self.kube.patch_class_status(name, after)
         if changed:
             if problems:
                 self.event(involved_class(cls), "Warning", problems[0][0], "; ".join(m for _, m in problems))
@@ -646,9 +646,8 @@ class Controller:
         after = status.to_wire()
         if after == before:
             return rip
-        patch: dict[str, Any] = {**after, **{k: None for k in before if k not in after}}
         try:
-            body = await self.kube.patch_routed_ip_status(rip.namespace, rip.name, patch)
+            body = await self.kube.patch_routed_ip_status(rip.namespace, rip.name, merge_patch(before, after))
         except Exception as error:
             if is_not_found(error):
                 raise Requeue from None
