@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
+
+from tollgate.models.base import now_rfc3339
 
 
 def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
@@ -25,3 +29,39 @@ def is_conflict(error: BaseException) -> bool:
 
 def is_not_found(error: BaseException) -> bool:
     return isinstance(error, client.ApiException) and error.status == 404
+
+
+def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
+    """An Event's `involvedObject` for `obj`: its apiVersion, kind, name, namespace and uid (those it has)."""
+    meta = obj.get("metadata") or {}
+    reference = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+    }
+    return {key: str(value) for key, value in reference.items() if value}
+
+
+def event_body(
+    involved: Mapping[str, str], type_: str, reason: str, message: str, component: str, namespace: str
+) -> dict[str, Any]:
+    """A core/v1 Event about `involved` (an object reference), to create in `namespace`."""
+    now = now_rfc3339()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{involved.get('name', 'object')}.", "namespace": namespace},
+        "involvedObject": {key: value for key, value in involved.items() if value},
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],  # the API server's limit
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+        "action": reason,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
-from tollgate.runtime.kube import is_conflict, is_not_found
+from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -200,25 +200,8 @@ class Kube:
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on `obj` (a decision a user would wonder about)."""
         meta = obj["metadata"]
-        now = datetime.now(UTC)
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": obj["apiVersion"],
-                "kind": obj["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": FIELD_MANAGER},
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
-            "count": 1,
-            "reportingComponent": FIELD_MANAGER,
-        }
+        type_ = "Warning" if warning else "Normal"
+        body = event_body(object_reference(obj), type_, reason, message, FIELD_MANAGER, meta["namespace"])
         try:
             await self._call(self.core.create_namespaced_event, meta["namespace"], body)
         except client.ApiException as error:  # an Event is a courtesy: losing one must not fail the decision

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -19,7 +17,7 @@ from urllib.parse import quote, urlencode
 from kubernetes import client
 
 from tollgate.models.routedip import GROUP, VERSION
-from tollgate.runtime.kube import api_client
+from tollgate.runtime.kube import api_client, event_body
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -124,23 +122,6 @@ class Kube:
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, namespace: str | None = None
     ) -> None:
         """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid)."""
-        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         target_namespace = involved.get("namespace") or namespace or "default"
-        body = {
-            "metadata": {
-                "name": f"{involved.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
-                "namespace": target_namespace,
-            },
-            "involvedObject": {k: v for k, v in involved.items() if v},
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": REPORTING_COMPONENT},
-            "reportingComponent": REPORTING_COMPONENT,
-            "reportingInstance": REPORTING_COMPONENT,
-            "action": reason,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(involved, type_, reason, message, REPORTING_COMPONENT, target_namespace)
         await self.request("POST", _path("api", "v1", "namespaces", target_namespace, "events"), body)

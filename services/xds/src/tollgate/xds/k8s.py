@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
-from tollgate.models.base import now_rfc3339
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
-from tollgate.runtime.kube import is_not_found
+from tollgate.runtime.kube import event_body, is_not_found, object_reference
 
 log = logging.getLogger("tollgate.xds.k8s")
 COMPONENT = "tollgate-xds"
@@ -43,30 +42,12 @@ class Kube:
     async def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about `obj` (failures are logged: an Event is never worth failing a pass)."""
         meta = obj.get("metadata", {})
-        now = now_rfc3339()
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta.get('name', 'object')}.", namespace=meta.get("namespace")
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"),
-                kind=obj.get("kind"),
-                name=meta.get("name"),
-                namespace=meta.get("namespace"),
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
-            type=type_,
-            reason=reason,
-            message=message[:1024],
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-        )
+        namespace = meta.get("namespace") or "default"
+        body = event_body(object_reference(obj), type_, reason, message, COMPONENT, namespace)
         try:
-            await asyncio.to_thread(self.core.create_namespaced_event, meta.get("namespace"), body)
+            # The client serializes a plain dict body as it does its own model.
+            event = cast(client.CoreV1Event, body)
+            await asyncio.to_thread(self.core.create_namespaced_event, namespace, event)
         except client.ApiException as error:
             log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
 
