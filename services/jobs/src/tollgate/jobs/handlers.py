@@ -13,7 +13,15 @@ from typing import Any
 import kopf
 
 from tollgate.jobs.controller import Reconciler
-from tollgate.jobs.planning import GOOP_UID_LABEL, NodeInfo, ObservedJob, node_info, observe_job, owner_uid
+from tollgate.jobs.planning import (
+    GOOP_UID_LABEL,
+    NodeInfo,
+    ObservedJob,
+    goop_owner,
+    node_info,
+    observe_job,
+    owner_uid,
+)
 from tollgate.models.goop import GROUP, VERSION
 from tollgate.runtime.operator import configure
 
@@ -46,13 +54,6 @@ class NoEssence(kopf.AnnotationsDiffBaseStorage):
 def _view(kwargs: dict[str, Any]) -> IndexView:
     """The indexes kopf passes to every handler as keyword arguments named by the indexes' ids."""
     return IndexView(kwargs["goop_jobs"], kwargs["cluster_nodes"])
-
-
-def _owner_name(body: kopf.Body) -> str | None:
-    for owner in body.metadata.get("ownerReferences") or []:
-        if owner.get("kind") == "Goop" and owner.get("controller"):
-            return str(owner.get("name"))
-    return None
 
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
@@ -100,9 +101,10 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     @kopf.on.event("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, registry=registry)
     async def job_changed(type: str, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
-        goop, uid = _owner_name(body), owner_uid(body)
-        if goop is None or uid is None or namespace is None:
+        owner = goop_owner(body)
+        if owner is None or namespace is None:
             return
+        goop, uid = str(owner.get("name")), str(owner.get("uid"))
         if type == "DELETED":
             reconciler.job_gone(uid, observe_job(body))
         reconciler.request((namespace, goop), _view(kwargs))

@@ -208,12 +208,16 @@ def observe_job(body: Mapping[str, Any]) -> ObservedJob:
     )
 
 
+def goop_owner(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference of the Goop that controls a Job."""
+    owners = (body.get("metadata") or {}).get("ownerReferences") or []
+    return next((owner for owner in owners if owner.get("kind") == "Goop" and owner.get("controller")), None)
+
+
 def owner_uid(body: Mapping[str, Any]) -> str | None:
     """The uid of the Goop that controls a Job, from its owner references."""
-    for owner in (body.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("kind") == "Goop" and owner.get("controller"):
-            return str(owner.get("uid"))
-    return None
+    owner = goop_owner(body)
+    return str(owner.get("uid")) if owner is not None else None
 
 
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
