@@ -10,7 +10,9 @@ K8S_VERSION := $(shell sed -n 's/^K8S_VERSION=//p' hack/versions.env)
 TOOLS_BIN   := $(CACHE_DIR)/$(K8S_VERSION)/bin
 RUN         := $(UV) run --frozen
 SERVICES    := webhook allocator xds routedip jobs
+IMG_PREFIX  ?= ghcr.io/tollgate/
 IMAGE_TAG   ?= dev
+KIND_CLUSTER ?= tollgate
 export PATH := $(TOOLS_BIN):$(PATH)
 export TOLLGATE_TOOLS_BIN := $(TOOLS_BIN)
 
@@ -93,25 +95,37 @@ bench: sync tools ## the benchmarks under bench/, each printing one table
 
 
 .PHONY: docker-build
-docker-build: ## one image per service (needs a Docker engine)
+docker-build: ## one image per service, $(IMG_PREFIX)<service>:$(IMAGE_TAG) (needs a Docker engine)
 	@command -v docker >/dev/null || { echo "make docker-build: no docker client on PATH" >&2; exit 2; }
 	@for service in $(SERVICES); do \
-	  docker build -f services/$$service/Dockerfile -t ghcr.io/tollgate/$$service:$(IMAGE_TAG) . || exit $$?; \
+	  docker build -f services/$$service/Dockerfile --target runtime -t $(IMG_PREFIX)$$service:$(IMAGE_TAG) . || exit $$?; \
 	done
 
-.PHONY: deploy
-deploy: charts ## Helm charts into the current cluster (IMAGE_TAG picks the images)
-	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds
+.PHONY: docker-push
+docker-push: ## push the images docker-build made (IMG_PREFIX=registry.example.com/tollgate/ IMAGE_TAG=v1)
+	@command -v docker >/dev/null || { echo "make docker-push: no docker client on PATH" >&2; exit 2; }
+	@for service in $(SERVICES); do docker push $(IMG_PREFIX)$$service:$(IMAGE_TAG) || exit $$?; done
+
+.PHONY: kind-load
+kind-load: ## load the images docker-build made into a kind cluster (KIND_CLUSTER, default tollgate)
+	@command -v kind >/dev/null || { echo "make kind-load: no kind on PATH" >&2; exit 2; }
 	@for service in $(SERVICES); do \
-	  namespace=tollgate-system; [ $$service = allocator ] && namespace=epic; \
-	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n $$namespace \
-	    --create-namespace --set image.tag=$(IMAGE_TAG) || exit $$?; \
+	  kind load docker-image $(IMG_PREFIX)$$service:$(IMAGE_TAG) --name $(KIND_CLUSTER) || exit $$?; \
+	done
+
+NAMESPACE_OF = $$(sed -n "s/^tollgate-$(1): //p" deploy/charts/namespaces.yaml)
+
+.PHONY: deploy
+deploy: charts ## Helm charts into the current cluster (IMG_PREFIX and IMAGE_TAG pick the images)
+	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds -n $(call NAMESPACE_OF,crds) --create-namespace
+	@for service in $(SERVICES); do \
+	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n $(call NAMESPACE_OF,$$service) \
+	    --create-namespace --set image.repository=$(IMG_PREFIX)$$service --set image.tag=$(IMAGE_TAG) || exit $$?; \
 	done
 
 .PHONY: undeploy
 undeploy: ## remove the Helm releases (the CRDs stay: their chart keeps them)
 	@for service in $(SERVICES); do \
-	  namespace=tollgate-system; [ $$service = allocator ] && namespace=epic; \
-	  helm uninstall tollgate-$$service -n $$namespace --ignore-not-found; \
+	  helm uninstall tollgate-$$service -n $(call NAMESPACE_OF,$$service) --ignore-not-found --wait; \
 	done
-	helm uninstall tollgate-crds --ignore-not-found
+	helm uninstall tollgate-crds -n $(call NAMESPACE_OF,crds) --ignore-not-found

@@ -5,6 +5,8 @@
 #   etcd                                                              from go.etcd.io/etcd/server/v3 (same module graph)
 #   kwok, kwokctl                                                     go install sigs.k8s.io/kwok/cmd/...
 #   helm                                                              go install helm.sh/helm/v3/cmd/helm
+#   tilt                                                              built from ../shared/vendor/tilt (offline source)
+#   libpodnet.so                                                      cc hack/podnet/podnet.c (the embedded kubelet's bind shim)
 # A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, ...) or already on
 # PATH is linked instead of built. A second run does nothing.
 set -euo pipefail
@@ -73,8 +75,44 @@ go_install() {
   GOBIN="$bin" go install "$module"
 }
 
+# Tilt: one already on PATH wins; otherwise built once from the offline source archive beside the
+# checkout (TILT_SOURCE_ARCHIVE overrides it). Without either, nothing is built and the Tilt tests
+# say why they skip.
+build_tilt() {
+  [ -x "$bin/tilt" ] && return 0
+  TOLLGATE_TOOLS_FROM_PATH=1 link_existing tilt TILT_BINARY && return 0
+  local archive="${TILT_SOURCE_ARCHIVE:-$here/../../shared/vendor/tilt/tilt-$TILT_VERSION-src.tar.xz}"
+  if [ ! -f "$archive" ]; then
+    log "tilt: no tilt on PATH and no source archive at $archive; the Tilt tests will be skipped"
+    return 0
+  fi
+  log "tilt: building v$TILT_VERSION from $archive (cold: about 5 to 10 minutes on 2 cores)"
+  local work; work=$(mktemp -d)
+  tar -xJf "$archive" -C "$work"
+  (cd "$work/tilt-$TILT_VERSION" && CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath -tags=osusergo \
+    -ldflags "-s -w -X main.version=$TILT_VERSION" -o "$work/tilt" ./cmd/tilt)
+  mv "$work/tilt" "$bin/tilt"
+  rm -rf "$work"
+  log "tilt: $("$bin/tilt" version)"
+}
+
+# podnet: the LD_PRELOAD shim the embedded kubelet gives each container (see hack/podnet/podnet.c), built with
+# the machine's C compiler, again whenever the source is newer. Without a compiler the kubelet says what is missing.
+build_podnet() {
+  local source="$here/podnet/podnet.c" lib="$bin/libpodnet.so" cc="${CC:-gcc}"
+  [ "$lib" -nt "$source" ] && return 0
+  if ! command -v "$cc" >/dev/null; then
+    log "podnet: no C compiler ($cc); the embedded kubelet cannot run pods without $lib"
+    return 0
+  fi
+  log "podnet: building $lib"
+  "$cc" -shared -fPIC -O2 -Wall -Wextra -o "$lib" "$source" -ldl
+}
+
 build_control_plane
 go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
 go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+build_tilt
+build_podnet
 echo "$bin"

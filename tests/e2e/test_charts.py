@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tollgate.testing.cluster import EmbeddedCluster
-from tollgate.testing.rbac import NAMESPACE, RELEASE_NAMESPACES, chart_dir, render_chart
+from tollgate.testing.rbac import NAMESPACE, chart_dir, release_namespaces, render_chart
 from tollgate.testing.tools import repo_root, tool
 
 SERVICES = ["allocator", "xds", "routedip", "jobs", "webhook"]
@@ -31,7 +31,7 @@ def helm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 
 @pytest.fixture(scope="module", autouse=True)
 def release_namespace(cluster: EmbeddedCluster) -> None:
-    for namespace in {NAMESPACE, *RELEASE_NAMESPACES.values()}:
+    for namespace in set(release_namespaces().values()):
         cluster.kubectl("create", "namespace", namespace, check=False)
 
 

@@ -1,23 +1,32 @@
-"""The development files that cannot run on this machine (no Docker engine, Tilt not installable) still
-parse and name every service, so they cannot silently fall behind the services."""
+"""The development files: the local system's one description (deploy/local/resources.yaml) and the images,
+which cannot be built on this machine (no Docker engine). The Tiltfile is tested by running Tilt
+(tests/e2e/test_tilt.py)."""
 
 from __future__ import annotations
 
-import ast
 import re
+from pathlib import Path
 
+from tollgate.testing.dev import DevSystem
 from tollgate.testing.tools import repo_root
 
 ROOT = repo_root()
 SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").exists())
 
 
-def test_tiltfile_is_valid_starlark_syntax_and_lists_every_service() -> None:
-    source = (ROOT / "Tiltfile").read_text()
-    ast.parse(source)  # Starlark's syntax is a subset of Python's
-    for service in SERVICES:
-        assert f'"{service}": {{' in source, f"Tiltfile COMPONENTS lacks {service}"
-        assert f'"{service}"' in source
+def test_local_resources_start_in_an_order_that_respects_after_and_name_real_steps(tmp_path: Path) -> None:
+    system = DevSystem(ROOT, state=tmp_path)
+    started: set[str] = set()
+    for resource in system.resources:
+        assert (resource.step is None) != (resource.module is None), f"{resource.name}: a step or a module"
+        assert set(resource.after) <= started, f"{resource.name} starts before {set(resource.after) - started}"
+        if resource.step is not None:
+            assert resource.step in system.steps, f"{resource.name}: no step {resource.step}"
+        started.add(resource.name)
+    services = {r.name for r in system.resources if r.module is not None and r.module.startswith("tollgate.")}
+    assert {f"tollgate.{s}" for s in SERVICES} <= {r.module for r in system.resources}
+    health = [r.health for r in system.resources if r.module is not None]
+    assert len(health) == len(set(health)) == len(services), "health ports must be distinct"
 
 
 def test_every_service_has_an_image_with_a_non_root_runtime_stage() -> None:

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tollgate.models.envoy import ADMIN_PORT, LISTENER_ADDRESS_KEY, POD_LABELS_KEY
-from tollgate.testing.supervisor import BootstrapError, bootstrap_source, container_env, expand, prepare_bootstrap
+from tollgate.testing.pods import container_env, expand
+from tollgate.testing.supervisor import BootstrapError, bootstrap_source, prepare_bootstrap
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "ingress"}},

@@ -18,6 +18,7 @@ spec:
     metadata:
       labels:
         {{- include "tollgate.selectorLabels" . | nindent 8 }}
+        app.kubernetes.io/part-of: tollgate
       {{- with .Values.podAnnotations }}
       annotations:
         {{- toYaml . | nindent 8 }}
@@ -54,10 +55,10 @@ spec:
         {{- end }}
         {{- range $key, $value := .Values.env }}
         - name: {{ $key }}
-          value: {{ $value | quote }}
+          value: {{ tpl (toString $value) $ | quote }}
         {{- end }}
         {{- with .Values.extraEnv }}
-        {{- toYaml . | nindent 8 }}
+        {{- tpl (toYaml .) $ | nindent 8 }}
         {{- end }}
         ports:
         - name: health
@@ -81,21 +82,18 @@ spec:
         resources:
           {{- toYaml .Values.resources | nindent 10 }}
         securityContext:
-          allowPrivilegeEscalation: false
-          readOnlyRootFilesystem: true
-          capabilities:
-            drop: ["ALL"]
+          {{- toYaml .Values.securityContext | nindent 10 }}
         volumeMounts:
         - name: tmp
           mountPath: /tmp
         {{- with .Values.extraVolumeMounts }}
-        {{- toYaml . | nindent 8 }}
+        {{- tpl (toYaml .) $ | nindent 8 }}
         {{- end }}
       volumes:
       - name: tmp
         emptyDir: {}
       {{- with .Values.extraVolumes }}
-      {{- toYaml . | nindent 6 }}
+      {{- tpl (toYaml .) $ | nindent 6 }}
       {{- end }}
       {{- with .Values.nodeSelector }}
       nodeSelector:

@@ -19,10 +19,13 @@ from typing import Any
 
 import yaml
 
+from tollgate.testing.kubelet.stages import kwok_stages
 from tollgate.testing.tools import repo_root, tool
 
 ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
+# ClusterIPs: loopback addresses too, which the embedded kubelet listens on (see kwokctl_config).
+SERVICE_CIDR = "127.2.0.0/16"
 
 
 class ClusterError(RuntimeError):
@@ -60,13 +63,26 @@ def node_manifest(index: int) -> dict[str, Any]:
 
 
 def kwokctl_config(disable_qps_limits: bool = False) -> str:
-    """Every component listens on loopback only; benchmarks may lift the components' client QPS limits."""
+    """Every component listens on loopback only; benchmarks may lift the components' client QPS limits.
+
+    ClusterIPs come from SERVICE_CIDR, a loopback range like the pod IPs, so that the embedded kubelet can
+    serve them (tollgate.testing.kubelet.proxy) and the API server reaches a webhook referenced by a Service
+    at its ClusterIP, as on any cluster. (--enable-aggregator-routing, which makes the API server call the
+    Service's endpoints instead, cannot help here: EndpointSlices refuse loopback addresses, so they never list
+    a pod of this cluster.) KWOK's stages are its defaults, except that the pods the embedded kubelet runs are
+    placed but not made Ready (tollgate.testing.kubelet.stages).
+    """
     options: dict[str, object] = {"bindAddress": "127.0.0.1"}
     if disable_qps_limits:
         options["disableQPSLimits"] = True
-    return yaml.safe_dump(
-        {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
-    )
+    service_cidr = {"key": "service-cluster-ip-range", "value": SERVICE_CIDR}
+    configuration = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": options,
+        "componentsPatches": [{"name": "kube-apiserver", "extraArgs": [service_cidr]}],
+    }
+    return yaml.safe_dump_all([configuration, *kwok_stages()])
 
 
 @dataclass
@@ -197,9 +213,15 @@ class EmbeddedCluster:
         self.kubeconfig.unlink(missing_ok=True)
 
 
-def dev_cluster(root: Path) -> EmbeddedCluster:
-    """The cluster of `make cluster` / `make dev`: state under .dev/, kubeconfig at .dev/kubeconfig."""
-    return EmbeddedCluster("tollgate", root / ".dev" / "kwok", root / ".dev" / "kubeconfig")
+def dev_dir(root: Path) -> Path:
+    """The state directory of `make cluster`, `make dev` and Tilt: $TOLLGATE_DEV_DIR, else .dev in the checkout."""
+    return Path(os.environ.get("TOLLGATE_DEV_DIR") or root / ".dev")
+
+
+def dev_cluster(root: Path, state: Path | None = None, name: str = "tollgate") -> EmbeddedCluster:
+    """The cluster of `make cluster` / `make dev`: state under the dev directory, kubeconfig beside it."""
+    directory = state or dev_dir(root)
+    return EmbeddedCluster(name, directory / "kwok", directory / "kubeconfig")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
     python -m tollgate.testing.dev run     foreground; Ctrl-C stops everything
     python -m tollgate.testing.dev up      the same, detached (make dev-up); prints the summary
     python -m tollgate.testing.dev down    stops what `up` started, and the cluster (make dev-down)
+    python -m tollgate.testing.dev step S  one step of deploy/local/resources.yaml (Tilt's local mode runs them)
 
 It starts the embedded cluster, installs the CRDs, runs the Envoy supervisor and all five services as
 processes (logs in .dev/logs/), registers the webhook, applies the samples, proves the data path with one
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
-from tollgate.testing.cluster import EmbeddedCluster, dev_cluster
+from tollgate.testing.cluster import dev_cluster, dev_dir
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
@@ -37,55 +38,36 @@ from tollgate.testing.wait import wait_for
 
 T = TypeVar("T")
 
-XDS_PORT = 18000
-XDS_DEBUG_PORT = 18080
-ALLOCATOR_GRPC_PORT = 19090
-WEBHOOK_PORT = 19443
+RESOURCES_FILE = Path("deploy") / "local" / "resources.yaml"
 
 
-@dataclass
-class Component:
+@dataclass(frozen=True)
+class Resource:
+    """One entry of deploy/local/resources.yaml: a process (`module`) or a one-shot step (`step`)."""
+
     name: str
-    module: str
+    module: str | None = None
+    step: str | None = None
+    health: int | None = None
+    after: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
 
 
-def components(dev_dir: Path) -> list[Component]:
+def local_resources(root: Path, dev_dir: Path) -> list[Resource]:
+    """The local system's resources in start order, with {dev} replaced by the state directory."""
+    entries = yaml.safe_load((root / RESOURCES_FILE).read_text())["resources"]
     return [
-        Component("supervisor", "tollgate.testing.supervisor", {"TOLLGATE_SUPERVISOR_LOG_DIR": str(dev_dir / "envoy")}),
-        Component(
-            "webhook",
-            "tollgate.webhook",
-            {
-                "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
-                "TOLLGATE_WEBHOOK_PORT": str(WEBHOOK_PORT),
-                "TOLLGATE_WEBHOOK_CERT_DIR": str(dev_dir / "webhook"),
-            },
-            {"admission": f"https://127.0.0.1:{WEBHOOK_PORT}"},
-        ),
-        Component(
-            "allocator",
-            "tollgate.allocator",
-            {
-                "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{ALLOCATOR_GRPC_PORT}",
-                "TOLLGATE_ALLOCATOR_XDS_ADDRESS": f"127.0.0.1:{XDS_PORT}",
-            },
-            {"grpc": f"127.0.0.1:{ALLOCATOR_GRPC_PORT}"},
-        ),
-        Component(
-            "xds",
-            "tollgate.xds",
-            {
-                "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
-                "TOLLGATE_XDS_GRPC_PORT": str(XDS_PORT),
-                "TOLLGATE_XDS_API_HOST": "127.0.0.1",
-                "TOLLGATE_XDS_API_PORT": str(XDS_DEBUG_PORT),
-            },
-            {"ads": f"127.0.0.1:{XDS_PORT}", "debug": f"http://127.0.0.1:{XDS_DEBUG_PORT}/debug/envoys"},
-        ),
-        Component("routedip", "tollgate.routedip", {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": "tollgate-system"}),
-        Component("jobs", "tollgate.jobs"),
+        Resource(
+            name=entry["name"],
+            module=entry.get("module"),
+            step=entry.get("step"),
+            health=entry.get("health"),
+            after=tuple(entry.get("after", ())),
+            env={key: str(value).replace("{dev}", str(dev_dir)) for key, value in entry.get("env", {}).items()},
+            endpoints=entry.get("endpoints", {}),
+        )
+        for entry in entries
     ]
 
 
@@ -93,42 +75,60 @@ class DevSystem:
     def __init__(self, root: Path, state: Path | None = None) -> None:
         """`root` is the checkout (CRDs, samples); `state` holds the cluster, logs and certificates (.dev)."""
         self.root = root
-        self.dev_dir = state or root / ".dev"
-        self.cluster: EmbeddedCluster = (
-            dev_cluster(root)
-            if state is None
-            else EmbeddedCluster("tollgate-dev", state / "kwok", state / "kubeconfig")
-        )
+        self.dev_dir = state or dev_dir(root)
+        self.cluster = dev_cluster(root, self.dev_dir, "tollgate" if state is None else "tollgate-dev")
+        self.resources = local_resources(root, self.dev_dir)
         self.processes: dict[str, ServiceProcess] = {}
         self.echo: EchoThread | None = None
         self.proof: list[str] = []
+        self.steps: dict[str, Callable[[], None]] = {
+            "cluster": self._start_cluster,
+            "crds": self._install_crds,
+            "certificates": self._write_certificates,
+            "register-webhook": self._register_webhook,
+            "samples": self._apply_samples,
+            "data-path": self._prove_data_path,
+        }
 
     def say(self, text: str) -> None:
         print(text, flush=True)
 
     def start(self) -> None:
+        for resource in self.resources:
+            if resource.step is not None:
+                self.steps[resource.step]()
+            else:
+                process = self.service_process(resource)
+                self.processes[resource.name] = process
+                process.start().wait_ready(timeout=120)
+                self.say(f"  {resource.name:<10} ready   health {process.health_url}")
+
+    def service_process(self, resource: Resource) -> ServiceProcess:
+        assert resource.module is not None and resource.health is not None
+        return ServiceProcess(
+            resource.name,
+            self.cluster.kubeconfig,
+            self.dev_dir / "logs",
+            env=resource.env,
+            module=resource.module,
+            health_port=resource.health,
+        )
+
+    def resource(self, name: str) -> Resource:
+        return next(r for r in self.resources if r.name == name)
+
+    def _start_cluster(self) -> None:
         seconds = self.cluster.up(3)
         self.say(f"cluster ready in {seconds:.1f} s (KUBECONFIG={self.cluster.kubeconfig})")
+
+    def _install_crds(self) -> None:
         self.cluster.install_crds()
         self.cluster.kubectl("create", "namespace", "tollgate-system", check=False)
+        self.say("  CRDs       installed")
+
+    def _write_certificates(self) -> None:
         self._webhook_cli("certs", "--dir", str(self.dev_dir / "webhook"), "--host", "127.0.0.1")
-        for component in components(self.dev_dir):
-            process = ServiceProcess(
-                component.name,
-                self.cluster.kubeconfig,
-                self.dev_dir / "logs",
-                env=component.env,
-                module=component.module,
-            )
-            self.processes[component.name] = process
-            process.start().wait_ready(timeout=120)
-            self.say(f"  {component.name:<10} ready   health {process.health_url}")
-            if component.name == "webhook":
-                self._register_webhook()
-                # Before the allocator: the seed's EPIC document pins a resourceVersion, so it can create
-                # epic/epic but not update the one the allocator would otherwise create first.
-                self._apply_samples()
-        self.proof = self.prove_data_path()
+        self.say(f"  webhook    certificates in {self.dev_dir / 'webhook'}")
 
     def _apply_samples(self) -> None:
         for sample in sorted((self.root / "deploy" / "samples").glob("*.yaml"), key=_sample_order):
@@ -143,7 +143,7 @@ class DevSystem:
         configurations = self._webhook_cli(
             "configurations",
             "--url",
-            f"https://127.0.0.1:{WEBHOOK_PORT}",
+            self.resource("webhook").endpoints["admission"],
             "--ca-file",
             str(self.dev_dir / "webhook" / "ca.crt"),
         )
@@ -155,11 +155,13 @@ class DevSystem:
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             self.cluster.kubectl("delete", kind, "tollgate-webhook", "--ignore-not-found", check=False)
 
-    def prove_data_path(self) -> list[str]:
+    def _prove_data_path(self) -> None:
         """One datagram and one TCP connection through a real Envoy, configured by a VirtualService."""
         echo = self.echo = EchoThread()
         udp_port, tcp_port = echo.start()
-        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(proof_objects(udp_port, tcp_port)))
+        host, _, port = self.resource("xds").endpoints["ads"].rpartition(":")
+        objects = proof_objects(udp_port, tcp_port, host, int(port))
+        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
         pod_ip = wait_for(
             lambda: (
                 self.cluster.kubectl(
@@ -181,10 +183,11 @@ class DevSystem:
             timeout=60,
             ignore=(OSError, TimeoutError),
         )
-        return [
+        self.proof = [
             f"  UDP  {pod_ip}:{PROOF_UDP_PORT} -> Envoy -> {udp_reply.decode()!r}",
             f"  TCP  {pod_ip}:{PROOF_TCP_PORT} -> Envoy -> {tcp_reply.decode()!r}",
         ]
+        self.say("  data path  proved:\n" + "\n".join(self.proof))
 
     def stop(self) -> None:
         if "webhook" in self.processes:
@@ -198,12 +201,14 @@ class DevSystem:
 
     def summary(self) -> str:
         lines = ["", "tollgate dev system", "", "services:"]
-        for component in components(self.dev_dir):
-            process = self.processes.get(component.name)
+        for resource in self.resources:
+            if resource.module is None:
+                continue
+            process = self.processes.get(resource.name)
             state = "ready" if process is not None and _ready(process) else "DOWN"
-            endpoints = "  ".join(f"{k} {v}" for k, v in component.endpoints.items())
+            endpoints = "  ".join(f"{k} {v}" for k, v in resource.endpoints.items())
             health = process.health_url if process else "-"
-            lines.append(f"  {component.name:<10} {state:<6} health {health}  {endpoints}")
+            lines.append(f"  {resource.name:<10} {state:<6} health {health}  {endpoints}")
         lines += ["", "custom resources (Ready):"]
         for kind, name, ready in self._resources():
             lines.append(f"  {kind:<22} {name:<40} {ready}")
@@ -237,7 +242,7 @@ class DevSystem:
         return rows
 
     def _proxies(self) -> list[str]:
-        envoys = _http_json(f"http://127.0.0.1:{XDS_DEBUG_PORT}/debug/envoys") or []
+        envoys = _http_json(self.resource("xds").endpoints["debug"]) or []
         sync = {e["node"]: "in sync" if e.get("in_sync") else "syncing" for e in envoys if isinstance(e, dict)}
         rows = []
         for pod in self._get("pods"):
@@ -257,7 +262,7 @@ PROOF_NAMESPACE = "tollgate-dev"
 PROOF_UDP_PORT, PROOF_TCP_PORT = 7001, 7002
 
 
-def proof_objects(udp_port: int, tcp_port: int) -> list[dict[str, Any]]:
+def proof_objects(udp_port: int, tcp_port: int, xds_host: str, xds_port: int) -> list[dict[str, Any]]:
     """An Envoy pod fed by the xds service, and a VirtualService routing to the dev echo servers."""
     labels = {ENVOY_PROXY_LABEL: "true", "app": "dev-proxy"}
 
@@ -274,7 +279,7 @@ def proof_objects(udp_port: int, tcp_port: int) -> list[dict[str, Any]]:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "dev-proxy", "namespace": PROOF_NAMESPACE},
-            "data": {BOOTSTRAP_KEY: yaml.safe_dump(ads_bootstrap("127.0.0.1", XDS_PORT))},
+            "data": {BOOTSTRAP_KEY: yaml.safe_dump(ads_bootstrap(xds_host, xds_port))},
         },
         {
             "apiVersion": "v1",
@@ -375,31 +380,45 @@ def run(root: Path) -> int:
     return 0
 
 
+def run_step(root: Path, name: str) -> int:
+    """One step of the local system, as Tilt's local mode runs it (deploy/local/resources.yaml)."""
+    system = DevSystem(root)
+    if name not in system.steps:
+        print(f"step: {name!r} is not one of {', '.join(system.steps)}", file=sys.stderr)
+        return 2
+    try:
+        system.steps[name]()
+    finally:
+        if system.echo is not None:
+            system.echo.stop()
+    return 0
+
+
 def up(root: Path) -> int:
-    dev_dir = root / ".dev"
-    dev_dir.mkdir(exist_ok=True)
-    (dev_dir / "summary.txt").unlink(missing_ok=True)
-    log = (dev_dir / "dev.log").open("ab")
+    state = dev_dir(root)
+    state.mkdir(exist_ok=True)
+    (state / "summary.txt").unlink(missing_ok=True)
+    log = (state / "dev.log").open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "tollgate.testing.dev", "run"],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    (dev_dir / "dev.pid").write_text(str(process.pid))
+    (state / "dev.pid").write_text(str(process.pid))
     deadline = time.monotonic() + 600
-    while not (dev_dir / "summary.txt").exists():
+    while not (state / "summary.txt").exists():
         if process.poll() is not None or time.monotonic() > deadline:
-            print((dev_dir / "dev.log").read_text()[-4000:], file=sys.stderr)
+            print((state / "dev.log").read_text()[-4000:], file=sys.stderr)
             return 1
         time.sleep(0.5)
-    print((dev_dir / "summary.txt").read_text())
-    print(f"running detached (pid {process.pid}, log .dev/dev.log); `make dev-down` stops it")
+    print((state / "summary.txt").read_text())
+    print(f"running detached (pid {process.pid}, log {state / 'dev.log'}); `make dev-down` stops it")
     return 0
 
 
 def down(root: Path) -> int:
-    pid_file = root / ".dev" / "dev.pid"
+    pid_file = dev_dir(root) / "dev.pid"
     if pid_file.exists():
         pid = int(pid_file.read_text())
         try:
@@ -419,9 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tollgate.testing.dev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["run", "up", "down"])
+    parser.add_argument("action", choices=["run", "up", "down", "step"])
+    parser.add_argument("step", nargs="?", help="with `step`: one resource of deploy/local/resources.yaml to run")
     args = parser.parse_args(argv)
     root = repo_root()
+    if args.action == "step":
+        return run_step(root, args.step or "")
     actions = {"run": run, "up": up, "down": down}
     return actions[args.action](root)
 

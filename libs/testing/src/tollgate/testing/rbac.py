@@ -14,13 +14,16 @@ from tollgate.testing.tools import repo_root, tool
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 NAMESPACE = "tollgate-system"
-# The allocator runs in EPIC's core namespace, as the seed has it: its Secret and Leases live there.
-RELEASE_NAMESPACES = {"allocator": "epic"}
+
+
+def release_namespaces() -> dict[str, str]:
+    """deploy/charts/namespaces.yaml: the namespace of each release (`make deploy` and the Tiltfile read it too)."""
+    return dict(yaml.safe_load((repo_root() / "deploy" / "charts" / "namespaces.yaml").read_text()))
 
 
 def release_namespace(service: str) -> str:
-    """The namespace a service's chart is installed in (`make deploy` uses the same)."""
-    return RELEASE_NAMESPACES.get(service, NAMESPACE)
+    """The namespace a service's chart is installed in."""
+    return release_namespaces()[f"tollgate-{service}"]
 
 
 def chart_dir(service: str) -> Path:

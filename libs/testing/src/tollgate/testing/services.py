@@ -25,12 +25,13 @@ class ServiceProcess:
         log_dir: Path,
         env: dict[str, str] | None = None,
         module: str | None = None,
+        health_port: int | None = None,
     ) -> None:
         self.name = name
         self.module = module or f"tollgate.{name}"
         self.kubeconfig = kubeconfig
         self.log_path = log_dir / f"{name}-{os.getpid()}-{id(self)}.log"
-        self.health_port = free_port()
+        self.health_port = health_port or free_port()
         prefix = f"TOLLGATE_{name.upper()}_"
         self.env = {
             **os.environ,

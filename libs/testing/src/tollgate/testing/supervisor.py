@@ -4,7 +4,8 @@ KWOK simulates every other pod; this plays the kubelet for Envoy pods on the emb
 such pod it reads the bootstrap (a ConfigMap mounted where `-c`/`--config-path` points, or
 `--config-yaml`), expands `$(VAR)` from the pod's env (downward API included), fills the node identity
 from the pod, binds admin and static listeners to the pod IP, and runs Envoy. It stops the process when
-the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready condition.
+the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready condition. With
+TOLLGATE_SUPERVISOR_HOSTS_FILE (the embedded kubelet's hosts file), Envoy resolves cluster Service names.
 
 Run it as `python -m tollgate.testing.supervisor` (the tests and `make dev` do).
 """
@@ -13,18 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import re
 import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -42,9 +39,9 @@ from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.envoy import EnvoyError, EnvoyProcess
+from tollgate.testing.pods import JSON, Watches, condition, container_env, expand, patch_pod_status
 
 log = logging.getLogger("tollgate.testing.supervisor")
-JSON = dict[str, Any]
 
 
 class Settings(ServiceSettings):
@@ -57,41 +54,20 @@ class Settings(ServiceSettings):
     start_timeout: float = Field(
         default=90.0, description="Seconds an Envoy may take to become LIVE (an ADS Envoy waits for its first config)."
     )
+    hosts_file: Path | None = Field(
+        default=None,
+        description="Run each Envoy in a mount namespace with this file as /etc/hosts: the embedded kubelet's "
+        "(<state_dir>/hosts), which maps cluster Service names (<svc>.<ns>.svc) to the ClusterIPs it serves.",
+    )
 
 
 class BootstrapError(ValueError):
     pass
 
 
-_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-_FIELD_PATHS = {
-    "metadata.name": lambda pod: pod["metadata"]["name"],
-    "metadata.namespace": lambda pod: pod["metadata"]["namespace"],
-    "metadata.uid": lambda pod: pod["metadata"]["uid"],
-    "spec.nodeName": lambda pod: pod["spec"].get("nodeName", ""),
-    "status.podIP": lambda pod: pod["status"].get("podIP", ""),
-    "status.hostIP": lambda pod: pod["status"].get("hostIP", ""),
-}
-
-
 def envoy_container(pod: JSON) -> JSON:
     containers = pod["spec"]["containers"]
     return next((c for c in containers if c["name"] == ENVOY_CONTAINER), containers[0])
-
-
-def container_env(pod: JSON, container: JSON) -> dict[str, str]:
-    """The container's env as the kubelet would set it: plain values and downward-API field refs."""
-    env: dict[str, str] = {}
-    for var in container.get("env", []):
-        if "value" in var:
-            env[var["name"]] = expand(var["value"], env)
-        elif (ref := var.get("valueFrom", {}).get("fieldRef")) and ref["fieldPath"] in _FIELD_PATHS:
-            env[var["name"]] = str(_FIELD_PATHS[ref["fieldPath"]](pod))
-    return env
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    return _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), text)
 
 
 def _flag(args: list[str], *names: str) -> str | None:
@@ -247,6 +223,7 @@ class Supervisor:
                 admin_port=ADMIN_PORT,
                 log_path=managed.log_path,
                 log_level=self.settings.envoy_log_level,
+                hosts_file=self.settings.hosts_file,
             )
             try:
                 await envoy.start(timeout=self.settings.start_timeout)
@@ -284,7 +261,6 @@ class Supervisor:
     async def _set_ready(
         self, pod: JSON, ready: bool, reason: str, message: str, restarts: int = 0, exit_code: int | None = None
     ) -> None:
-        status = "True" if ready else "False"
         now = now_rfc3339()
         container = envoy_container(pod)
         state: JSON = (
@@ -298,74 +274,29 @@ class Supervisor:
                 }
             }
         )
-        body = {
-            "status": {
-                "conditions": [
-                    {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
-                    for kind in ("Ready", "ContainersReady")
-                ],
-                "containerStatuses": [
-                    {
-                        "name": container["name"],
-                        "image": container.get("image", ""),
-                        "ready": ready,
-                        "restartCount": restarts,
-                        "state": state,
-                    }
-                ],
-            }
+        status = {
+            "conditions": [condition(kind, ready, reason, message, now) for kind in ("Ready", "ContainersReady")],
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "image": container.get("image", ""),
+                    "ready": ready,
+                    "restartCount": restarts,
+                    "state": state,
+                }
+            ],
         }
-        meta = pod["metadata"]
-        try:
-            await asyncio.to_thread(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"], body)
-        except client.ApiException as error:
-            if error.status != 404:
-                log.warning("cannot update status of %s/%s: %s", meta["namespace"], meta["name"], error.reason)
-
-
-def _watch(core: client.CoreV1Api, emit: Callable[[str, JSON], None], stop: threading.Event) -> None:
-    """List then watch, in a daemon thread; a LIST event carries every pod, for resyncing."""
-    while not stop.is_set():
-        try:
-            listing = core.list_pod_for_all_namespaces(label_selector=ENVOY_PROXY_LABEL, _preload_content=False)
-            body = json.loads(listing.data)  # type: ignore[attr-defined]
-            emit("LIST", body)
-            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                core.list_pod_for_all_namespaces,
-                label_selector=ENVOY_PROXY_LABEL,
-                resource_version=body["metadata"]["resourceVersion"],
-                timeout_seconds=30,
-            )
-            for event in stream:
-                emit(event["type"], core.api_client.sanitize_for_serialization(event["object"]))
-                if stop.is_set():
-                    return
-        except Exception as error:  # whatever went wrong, start again from a fresh list
-            log.warning("pod watch failed, relisting: %s", error)
-            stop.wait(1)
+        await patch_pod_status(self.core, pod, status)
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
     supervisor = Supervisor(api_client(settings.kubeconfig), settings)
     context.health.add_readiness_check("pods", lambda: supervisor.synced or "pods not listed yet")
-    queue: asyncio.Queue[tuple[str, JSON]] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-    stop_watching = threading.Event()
-
-    def emit(kind: str, obj: JSON) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, (kind, obj))
-
-    threading.Thread(target=_watch, args=(supervisor.core, emit, stop_watching), daemon=True).start()
+    watches = Watches()
+    watches.start("pods", supervisor.core.list_pod_for_all_namespaces, label_selector=ENVOY_PROXY_LABEL)
     try:
-        while not context.stop.is_set():
-            getter = asyncio.ensure_future(queue.get())
-            stopper = asyncio.ensure_future(context.stop.wait())
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if getter not in done:
-                getter.cancel()
-                break
-            kind, obj = getter.result()
+        while (event := await watches.next(context.stop)) is not None:
+            _, kind, obj = event
             if kind == "LIST":
                 pods = obj["items"]
                 for pod in pods:
@@ -377,7 +308,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
             else:
                 await supervisor.reconcile(obj)
     finally:
-        stop_watching.set()
+        watches.close()
         await supervisor.stop_all()
 
 
