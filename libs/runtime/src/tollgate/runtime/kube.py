@@ -23,6 +23,15 @@ def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def own_pod_reference() -> dict[str, Any] | None:
+    """An ownerReference to the pod this process runs in (POD_NAME and POD_UID from the Downward API, as the
+    charts set them), so that what the process makes for itself goes with its pod; None outside a pod."""
+    name, uid = os.environ.get("POD_NAME"), os.environ.get("POD_UID")
+    if not name or not uid:
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+
+
 def is_conflict(error: BaseException) -> bool:
     return isinstance(error, client.ApiException) and error.status == 409
 

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
-from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference
+from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference, own_pod_reference
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -234,7 +234,12 @@ class Kube:
     async def renew_lease(self, namespace: str, name: str, holder: str, seconds: int) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": holder, "leaseDurationSeconds": seconds, "renewTime": now}
-        body = {"metadata": {"name": name, "namespace": namespace, "labels": {LEASE_LABEL: "true"}}, "spec": spec}
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {LEASE_LABEL: "true"}}
+        # Owned by this replica's pod: the Lease goes with the pod even when the replica cannot delete it itself
+        # (at `helm uninstall` its RoleBinding may be gone before it stops).
+        if (owner := own_pod_reference()) is not None:
+            metadata["ownerReferences"] = [owner]
+        body = {"metadata": metadata, "spec": spec}
         try:
             await self._call(self.coordination.patch_namespaced_lease, name, namespace, {"spec": spec})
         except client.ApiException as error:
@@ -261,8 +266,11 @@ class Kube:
         try:
             await self._call(self.coordination.delete_namespaced_lease, name, namespace)
         except client.ApiException as error:
-            if not is_not_found(error):
+            if is_not_found(error):
+                return
+            if error.status != 403:
                 raise
+            log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
 
 
 def new_identity(hostname: str) -> str:
