@@ -186,8 +186,8 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
         deployment.kubectl("apply", "-f", "-", stdin=json.dumps(endpoint))
 
         async def live_envoy_ip() -> str | None:
-            listing = deployment.kubectl("get", "pods", "-n", "epic-root", "-l", "epic.acnodal.io/load-balancer=charts-lb",
-                                         "-o", "json")  # fmt: skip
+            selector = "epic.acnodal.io/load-balancer=charts-lb"
+            listing = deployment.kubectl("get", "pods", "-n", "epic-root", "-l", selector, "-o", "json")
             for pod in json.loads(listing.stdout)["items"]:
                 ready = [c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"]
                 if ready and ready[0].get("reason") == "EnvoyLive":
