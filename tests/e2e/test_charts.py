@@ -135,3 +135,40 @@ def test_webhook_chart_uses_cert_manager_when_it_is_served() -> None:
     assert "Secret" not in kinds
     configuration = next(o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
     assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/tollgate-webhook"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_release_of_any_name_mounts_only_what_it_renders_itself(service: str) -> None:
+    """Every Secret and ConfigMap the Deployment mounts or reads is one the chart renders under this release's
+    name (a name tied to the default release, such as tollgate-webhook-tls, breaks any other release)."""
+    release = f"edge-{service}"
+    result = helm("template", release, str(chart_dir(service)), "-n", "edge")
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    rendered = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    wanted = {("Secret", v["secret"]["secretName"]) for v in pod.get("volumes", []) if "secret" in v}
+    wanted |= {("ConfigMap", v["configMap"]["name"]) for v in pod.get("volumes", []) if "configMap" in v}
+    for env in pod["containers"][0].get("env", []):
+        source = env.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            wanted.add(("Secret", source["secretKeyRef"]["name"]))
+        if "configMapKeyRef" in source:
+            wanted.add(("ConfigMap", source["configMapKeyRef"]["name"]))
+    assert wanted <= rendered, f"{release} refers to objects it does not render: {wanted - rendered}"
+    assert pod["serviceAccountName"] == release
+    assert all(o["metadata"]["name"].startswith(release) for o in objects if o["kind"] != "Lease")
+
+
+def test_cross_chart_addresses_default_to_where_make_deploy_installs_the_other_chart() -> None:
+    """The allocator tells Envoy to find xds at the xds chart's Service, in the namespace make deploy uses."""
+    namespaces = release_namespaces()
+    xds_port = next(p["port"] for p in yaml.safe_load((chart_dir("xds") / "values.yaml").read_text())["ports"]
+                    if p["name"] == "xds")  # fmt: skip
+    objects = render_chart("allocator")
+    container = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TOLLGATE_ALLOCATOR_XDS_ADDRESS"] == f"tollgate-xds.{namespaces['tollgate-xds']}.svc:{xds_port}"
+    for configuration in (o for o in render_chart("webhook") if o["kind"].endswith("WebhookConfiguration")):
+        for hook in configuration["webhooks"]:
+            assert hook["clientConfig"]["service"]["namespace"] == namespaces["tollgate-webhook"]
