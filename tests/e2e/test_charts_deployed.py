@@ -170,6 +170,7 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
         "public-ports": [{"port": 5060, "protocol": "UDP"}],
         "service-group": "sample",
     }
+    deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
     async with UDPEcho(UPSTREAM, 5060, name="charts-upstream"):
         deployment.kubectl("apply", "-f", "-", stdin=json.dumps(lb))
         endpoint = {
