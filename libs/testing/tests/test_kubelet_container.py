@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tollgate.testing.kubelet.container import LaunchPlan, Mount, account_lines, inside, setpriv_argv, top_level_mounts
+from tollgate.testing.kubelet.container import (
+    LaunchPlan,
+    Mount,
+    account_lines,
+    inside,
+    setpriv_argv,
+    shadowed,
+    top_level_mounts,
+)
 from tollgate.testing.kubelet.spec import POD_IP_VARIABLE
 from tollgate.testing.tools import ToolsMissingError, tool
 
@@ -148,3 +156,9 @@ def test_podnet_binds_the_wildcard_address_to_the_pod_ip() -> None:
     env = {"LD_PRELOAD": str(podnet), POD_IP_VARIABLE: "127.1.9.9", "PATH": os.environ["PATH"]}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["127.1.9.9", "::ffff:127.1.9.9", "127.0.0.1"]
+
+
+def test_image_files_under_a_volume_are_bound_again_and_no_others() -> None:
+    reachable = ["/tmp/ci/main", "/tmp/ci/main/.venv", "/root/.pyenv/versions/3.11.7/bin/python3.11", "/tmpx/a"]
+    assert shadowed(reachable, ["/tmp", "/etc/hosts"]) == ["/tmp/ci/main", "/tmp/ci/main/.venv"]
+    assert shadowed(reachable, ["/etc/tollgate/webhook"]) == []

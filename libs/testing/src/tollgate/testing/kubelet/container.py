@@ -16,6 +16,8 @@ then execs the container's process as the pod's user. Every mount lives and dies
    /etc/group entries for the user and group when the machine has none (the image's Dockerfile creates
    its user; getpass.getuser(), which kopf calls, fails without one);
 5. the pod's mounts (volumes, the kubelet's hosts file as /etc/hosts), targets resolved inside the new root;
+   then the image's files that a volume hides (a checkout under /tmp, below the charts' /tmp emptyDir) bound
+   again, read-only, on top of it;
 6. the root remounted read-only for readOnlyRootFilesystem (the mounts of step 5 stay as asked);
 7. chroot, chdir, and exec of setpriv (uid, gid, groups, no_new_privs, capability bounding set) -> argv.
 
@@ -167,6 +169,17 @@ def _libc_mount(source: str | None, target: str, fstype: str | None, flags: int,
         raise OSError(error, f"mount {source or fstype} on {target}: {os.strerror(error)}")
 
 
+def shadowed(paths: list[str], mount_targets: list[str]) -> list[str]:
+    """The image's files that a pod volume hides: with the checkout under /tmp, the charts' emptyDir at /tmp
+    would hide the venv and the checkout, so they are bound again (read-only) on top of the volume."""
+
+    def under(path: str, target: str) -> bool:
+        target = target.rstrip("/") or "/"
+        return path == target or path.startswith(target + "/") or target == "/"
+
+    return [path for path in paths if any(under(path, target) for target in mount_targets)]
+
+
 def _make_reachable(root: str, path: str) -> None:
     """o+x on each directory of the way to `path` (copied up into the overlay's upper layer)."""
     real = inside(root, path)
@@ -200,6 +213,10 @@ def launch(plan: LaunchPlan, rootfs: str, reachable: list[str]) -> None:
         _libc_mount(mount.source, target, None, MS_BIND | MS_REC)
         if mount.read_only:
             _libc_mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    for path in shadowed(reachable, [mount.target for mount in plan.mounts]):
+        target = inside(merged, path, "dir" if os.path.isdir(path) else "file")
+        _libc_mount(path, target, None, MS_BIND | MS_REC)
+        _libc_mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     inside(merged, plan.cwd, "dir")
     if plan.read_only_root:
         _libc_mount(None, merged, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
