@@ -495,6 +495,96 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
         await eventually(lambda: asyncio.to_thread(events, core, namespace, "second", "Conflict"), "a Conflict Event")
 
 
+def remote_endpoint(name: str, load_balancer: str, address: str, port: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "epic.acnodal.io/v1",
+        "kind": "RemoteEndpoint",
+        "metadata": {"name": name},
+        "spec": {"load-balancer": load_balancer, "address": address, "port": port},
+    }
+
+
+def accept_endpoint(custom: client.CustomObjectsApi, namespace: str, name: str, tunnel_id: int) -> None:
+    """What the allocator does to an endpoint it accepts: its tunnel ID, and Ready."""
+    ready = {"type": "Ready", "status": "True", "reason": "TunnelAssigned", "message": f"tunnel ID {tunnel_id}",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    custom.patch_namespaced_custom_object_status(
+        "epic.acnodal.io", "v1", namespace, "remoteendpoints", name,
+        {"status": {"tunnel-id": tunnel_id, "conditions": [ready]}},
+    )  # fmt: skip
+
+
+async def test_each_public_port_of_a_load_balancer_reaches_only_its_target_port(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    """8000 -> 8080, 8443 -> the endpoint port named https, 5300/UDP -> 5353: two TCP and one UDP port, and
+    backends on all three of each other's ports, so that a mixed-up listener would be seen answering."""
+    xds = start_xds(run_service, xds_env)
+    a, b = spare_loopback(), spare_loopback()
+    backends: list[TCPEcho | UDPEcho] = [TCPEcho(host, 8080, name=f"http@{host}") for host in (a, b)]
+    backends += [TCPEcho(a, 8444, name="https"), UDPEcho(a, 5353, name="dns"), TCPEcho(b, 5353, name="tcp-5353")]
+    async with contextlib.AsyncExitStack() as stack:
+        for backend in backends:
+            await stack.enter_async_context(backend)
+        lb = {
+            "apiVersion": "epic.acnodal.io/v1",
+            "kind": "LoadBalancer",
+            "metadata": {"name": "multi"},
+            "spec": {
+                "service-group": "web",
+                "public-ports": [
+                    {"name": "web", "port": 8000, "protocol": "TCP", "targetPort": 8080},
+                    {"name": "tls", "port": 8443, "protocol": "TCP", "targetPort": "https"},
+                    {"name": "dns", "port": 5300, "protocol": "UDP", "targetPort": 5353},
+                ],
+            },
+        }
+        custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "loadbalancers", lb)
+        endpoints = {
+            "a-http": (a, {"port": 8080, "protocol": "TCP", "name": "http"}),
+            "b-http": (b, {"port": 8080, "protocol": "TCP", "name": "http"}),
+            "a-https": (a, {"port": 8444, "protocol": "TCP", "name": "https"}),
+            "a-dns": (a, {"port": 5353, "protocol": "UDP"}),
+            "b-tcp-5353": (b, {"port": 5353, "protocol": "TCP"}),
+        }
+        for tunnel_id, (name, (address, port)) in enumerate(endpoints.items(), start=1):
+            body = remote_endpoint(name, "multi", address, port)
+            custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "remoteendpoints", body)
+            accept_endpoint(custom, namespace, name, tunnel_id)
+        labels = {"epic.acnodal.io/load-balancer": "multi", "epic.acnodal.io/account": "root"}
+        envoy_pod(core, namespace, "multi-proxy", xds, labels, delta=True)
+        proxy_ip, _ = await live_envoy(core, namespace, "multi-proxy")
+
+        async def tcp_answers(port: int) -> set[str]:
+            replies = [await tcp_request(proxy_ip, port, b"x") for _ in range(12)]
+            return {reply.split(b":", 1)[0].decode() for reply in replies}
+
+        async def both_http_backends() -> set[str] | None:
+            seen = await tcp_answers(8000)
+            return seen if len(seen) == 2 else None
+
+        http = await eventually(
+            both_http_backends, "port 8000 to reach both 8080 backends", timeout=30, ignore=(OSError, TimeoutError)
+        )
+        assert http == {f"http@{a}", f"http@{b}"}
+        assert await tcp_answers(8443) == {"https"}
+        assert await answers(proxy_ip, 5300) == {"dns"}
+        clusters = await admin(proxy_ip, "/clusters?format=json")
+        ports = {
+            c["name"].rsplit("/", 1)[1]: sorted(
+                h["address"]["socket_address"]["port_value"] for h in c.get("host_statuses", [])
+            )
+            for c in clusters["cluster_statuses"]
+            if c["name"].startswith(f"{namespace}/multi/")
+        }
+        assert ports == {"tcp-8000": [8080, 8080], "tcp-8443": [8444], "udp-5300": [5353]}
+
+
 async def test_load_balancer_public_ports_forward_to_registered_endpoints(
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
@@ -545,16 +635,9 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
             names = {c["name"]: c.get("host_statuses", []) for c in clusters["cluster_statuses"]}
             return f"{namespace}/sample-acnodal/tcp-8888" in names and not names[f"{namespace}/sample-acnodal/tcp-8888"]
 
-        await eventually(no_endpoints, "the LB cluster, with no endpoint before a tunnel ID is set", ignore=(OSError,))
+        await eventually(no_endpoints, "the LB cluster, with no endpoint before it is Ready", ignore=(OSError,))
         for protocol in ("tcp", "udp"):
-            custom.patch_namespaced_custom_object_status(
-                "epic.acnodal.io",
-                "v1",
-                namespace,
-                "remoteendpoints",
-                f"sample-acnodal-{protocol}",
-                {"status": {"tunnel-id": 7 if protocol == "tcp" else 8}},
-            )
+            accept_endpoint(custom, namespace, f"sample-acnodal-{protocol}", 7 if protocol == "tcp" else 8)
         reply = await eventually(
             lambda: tcp_request(proxy_ip, 8888, b"hi"),
             "TCP through the load balancer",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tollgate.models import Goop, LoadBalancer, RoutedIP, VirtualService, parse
+from tollgate.models import Goop, LoadBalancer, RoutedIP, VirtualService, epic, parse
 from tollgate.models.base import Status
 from tollgate.models.epic import EPIC, account_namespace
 from tollgate.models.goop import GoopSpec
@@ -133,3 +133,24 @@ def test_seed_epic_status_shape() -> None:
     )
     assert epic.status is not None and epic.status.current_tunnel_id == 4
     assert epic.to_wire()["status"]["current-tunnel-id"] == 4
+
+
+@pytest.mark.parametrize(
+    ("public", "endpoint", "reached"),
+    [
+        ({"port": 80}, {"port": 80}, True),
+        ({"port": 80}, {"port": 8080}, False),
+        ({"port": 80, "targetPort": 8080}, {"port": 8080}, True),
+        ({"port": 80, "targetPort": 8080}, {"port": 80}, False),
+        ({"port": 80, "targetPort": "8080"}, {"port": 8080}, True),
+        ({"port": 80, "targetPort": 8080}, {"port": 8080, "protocol": "UDP"}, False),
+        ({"port": 53, "protocol": "UDP", "targetPort": 5353}, {"port": 5353, "protocol": "UDP"}, True),
+        ({"port": 80, "targetPort": "http"}, {"port": 8081, "name": "http"}, True),
+        ({"port": 80, "targetPort": "http"}, {"port": 80}, False),
+        ({"port": 80, "targetPort": "http"}, {"port": 8081, "name": "https"}, False),
+    ],
+)
+def test_a_public_port_reaches_the_endpoint_ports_of_its_target(
+    public: dict[str, object], endpoint: dict[str, object], reached: bool
+) -> None:
+    assert epic.reaches(epic.ServicePort.model_validate(public), epic.ServicePort.model_validate(endpoint)) is reached

@@ -8,7 +8,7 @@ import yaml
 
 from tollgate.allocator import proxy
 from tollgate.models.envoy import ENVOY_PROXY_LABEL, XDS_CLUSTER
-from tollgate.models.epic import ACCOUNT_LABEL, LOAD_BALANCER_LABEL, LBServiceGroupSpec, LoadBalancerStatus
+from tollgate.models.epic import ACCOUNT_LABEL, LOAD_BALANCER_LABEL, LBServiceGroupSpec, LoadBalancerStatus, ServicePort
 
 LB: dict[str, Any] = {
     "apiVersion": "epic.acnodal.io/v1",
@@ -93,3 +93,28 @@ def test_ready_is_allocated_and_proxy_ready() -> None:
     status.set_condition(proxy.PROXY_READY, "True", "ProxyAvailable", "1/1")
     proxy.settle_ready(status, 1)
     assert status.condition("Ready").status == "True"
+
+
+def test_endpoints_no_public_port_reaches_are_named_in_endpoints_matched() -> None:
+    def rep(name: str, port: int, protocol: str = "TCP", port_name: str | None = None) -> dict[str, Any]:
+        spec_port = {"port": port, "protocol": protocol} | ({"name": port_name} if port_name else {})
+        return {
+            "metadata": {"name": name},
+            "spec": {"load-balancer": "web", "address": "127.77.0.1", "port": spec_port},
+        }
+
+    ports = [
+        ServicePort(port=80, target_port=8080),
+        ServicePort(port=443, target_port="https"),
+        ServicePort(port=53, protocol="UDP"),
+    ]
+    reached = [rep("a", 8080), rep("b", 8443, port_name="https"), rep("c", 53, "UDP")]
+    assert proxy.endpoint_match(ports, reached) == (
+        True,
+        "AllEndpointsMatched",
+        "every RemoteEndpoint is reached by a public port",
+    )
+    matched, reason, message = proxy.endpoint_match(ports, [*reached, rep("d", 53), rep("e", 8443)])
+    assert (matched, reason) == (False, "EndpointMatchesNoPort")
+    assert message.startswith("no public port reaches RemoteEndpoint d (127.77.0.1:53/TCP), e (127.77.0.1:8443/TCP):")
+    assert "80/TCP -> 8080, 443/TCP -> https, 53/UDP -> 53" in message

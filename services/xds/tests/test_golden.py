@@ -84,3 +84,11 @@ def test_virtual_service_sample(sample: Path) -> None:
 def test_load_balancer_sample() -> None:
     objects = load(SAMPLES / "seed-loadbalancer.yaml") + load(GOLDEN / "loadbalancer.input.yaml")
     check("loadbalancer", translate_objects(objects))
+
+
+LOAD_BALANCER_CASES = sorted(GOLDEN.glob("loadbalancer-*.input.yaml"))
+
+
+@pytest.mark.parametrize("case", LOAD_BALANCER_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
+def test_load_balancer_ports(case: Path) -> None:
+    check(case.name.removesuffix(".input.yaml"), translate_objects(load(case)))

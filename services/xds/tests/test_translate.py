@@ -108,7 +108,10 @@ def test_sources_on_different_envoys_do_not_collide() -> None:
     assert not translate.proxy_config(ENVOY, [a, b]).conflicts
 
 
-def test_load_balancer_ports_forward_to_registered_endpoints_of_the_same_protocol() -> None:
+READY = {"type": "Ready", "status": "True", "reason": "TunnelAssigned", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+def test_load_balancer_ports_forward_to_registered_endpoints_their_target_port_reaches() -> None:
     lb = LoadBalancer.model_validate(
         {
             "apiVersion": "epic.acnodal.io/v1",
@@ -116,7 +119,12 @@ def test_load_balancer_ports_forward_to_registered_endpoints_of_the_same_protoco
             "metadata": {"name": "web", "namespace": "epic-acme", "generation": 2},
             "spec": {
                 "service-group": "g",
-                "public-ports": [{"port": 53, "protocol": "UDP"}, {"port": 80}, {"port": 9, "protocol": "SCTP"}],
+                "public-ports": [
+                    {"port": 53, "protocol": "UDP", "targetPort": 5353},
+                    {"port": 80, "targetPort": 5353},
+                    {"port": 9, "protocol": "SCTP"},
+                    {"port": 5353, "protocol": "UDP", "targetPort": 53},
+                ],
             },
         }
     )
@@ -128,7 +136,7 @@ def test_load_balancer_ports_forward_to_registered_endpoints_of_the_same_protoco
                 "kind": "RemoteEndpoint",
                 "metadata": {"name": name, "namespace": "epic-acme"},
                 "spec": {"load-balancer": lb, "address": address, "port": {"port": 5353, "protocol": protocol}},
-                "status": {"tunnel-id": tunnel} if tunnel else {},
+                "status": {"tunnel-id": tunnel, "conditions": [READY]} if tunnel else {},
             }
         )
 
@@ -145,6 +153,7 @@ def test_load_balancer_ports_forward_to_registered_endpoints_of_the_same_protoco
     assert [(u.name, u.protocol, u.port, [e.address for e in u.cluster.endpoints]) for u in source.units] == [
         ("epic-acme/web/udp-53", "UDP", 53, ["10.0.0.1", "10.0.0.2"]),
         ("epic-acme/web/tcp-80", "TCP", 80, ["10.0.0.4"]),
+        ("epic-acme/web/udp-5353", "UDP", 5353, []),
     ]
     assert source.errors == ("spec.public-ports[2].protocol: SCTP is not supported by the Envoy proxies (TCP or UDP)",)
     proxy = ir.Proxy(

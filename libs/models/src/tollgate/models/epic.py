@@ -50,6 +50,26 @@ class ServicePort(WireModel):
     node_port: int | None = Field(default=None, alias="nodePort", ge=1, le=65535)
 
 
+def target_of(public: ServicePort) -> int | str:
+    """Where a public port sends its traffic: its targetPort (a number, or the name of an endpoint port), else
+    its own number. A string of digits is a number."""
+    target = public.target_port
+    if target is None:
+        return public.port
+    if isinstance(target, str) and target.isdigit():
+        return int(target)
+    return target
+
+
+def reaches(public: ServicePort, endpoint: ServicePort) -> bool:
+    """Whether a public port's traffic goes to an endpoint port, as a Kubernetes Service picks endpoint ports:
+    the same protocol, and the endpoint's number (or, for a named targetPort, its name) is the target."""
+    if public.protocol != endpoint.protocol:
+        return False
+    target = target_of(public)
+    return endpoint.name == target if isinstance(target, str) else endpoint.port == target
+
+
 def gue_port() -> ServicePort:
     return ServicePort(port=GUE_PORT, protocol="UDP", app_protocol="gue")
 

@@ -60,9 +60,11 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.event(*rep, registry=registry)
     async def remote_endpoint_event(event: kopf.RawEvent, **_: Any) -> None:
         obj = copy.deepcopy(dict(event["object"]))
-        if event["type"] == "DELETED":
+        deleted = event["type"] == "DELETED"
+        if deleted:
             await reconciler.remote_endpoint_deleted(obj)
         else:
             await reconciler.remote_endpoint_seen(obj)
+        await reconciler.endpoints_changed(obj, deleted)
 
     return registry

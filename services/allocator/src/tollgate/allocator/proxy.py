@@ -8,13 +8,23 @@ from typing import Any
 import yaml
 
 from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
-from tollgate.models.epic import ACCOUNT_LABEL, LOAD_BALANCER_LABEL, LBServiceGroupSpec, LoadBalancerStatus
+from tollgate.models.epic import (
+    ACCOUNT_LABEL,
+    LOAD_BALANCER_LABEL,
+    LBServiceGroupSpec,
+    LoadBalancerStatus,
+    RemoteEndpointSpec,
+    ServicePort,
+    reaches,
+    target_of,
+)
 
 JSON = dict[str, Any]
 BOOTSTRAP_DIR = "/etc/envoy"
 NODE_ID = "$(POD_NAME).$(POD_NAMESPACE)"
 CONFIG_HASH_ANNOTATION = "tollgate.io/bootstrap-hash"
 ALLOCATED, PROXY_READY, READY = "Allocated", "ProxyReady", "Ready"
+ENDPOINTS_MATCHED = "EndpointsMatched"
 
 
 def proxy_name(load_balancer: str) -> str:
@@ -144,3 +154,22 @@ def settle_ready(status: LoadBalancerStatus, generation: int | None) -> None:
             status.set_condition(READY, "False", condition.reason or "Pending", condition.message, generation)
             return
     status.set_condition(READY, "True", "Ready", "service ID allocated and Envoy proxies ready", generation)
+
+
+def endpoint_match(public_ports: list[ServicePort], reps: list[JSON]) -> tuple[bool, str, str]:
+    """EndpointsMatched: whether every RemoteEndpoint is reached by a public port's targetPort (same protocol, and
+    its port's number or name is the target); the ones that are not are named, since no listener forwards to them."""
+    unmatched = []
+    for rep in sorted(reps, key=lambda r: str(r["metadata"]["name"])):
+        spec = RemoteEndpointSpec.model_validate(rep["spec"])
+        if not any(reaches(public, spec.port) for public in public_ports):
+            named = f" ({spec.port.name})" if spec.port.name else ""
+            unmatched.append(f"{rep['metadata']['name']} ({spec.address}:{spec.port.port}/{spec.port.protocol}{named})")
+    if unmatched:
+        targets = ", ".join(f"{p.port}/{p.protocol} -> {target_of(p)}" for p in public_ports) or "none"
+        message = (
+            f"no public port reaches RemoteEndpoint {', '.join(unmatched)}: not forwarded to "
+            f"(public ports and their targets: {targets})"
+        )
+        return False, "EndpointMatchesNoPort", message
+    return True, "AllEndpointsMatched", "every RemoteEndpoint is reached by a public port"

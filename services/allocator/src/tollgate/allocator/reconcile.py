@@ -28,9 +28,11 @@ from tollgate.models.epic import (
     LoadBalancerSpec,
     LoadBalancerStatus,
     RemoteEndpoint,
+    RemoteEndpointSpec,
     RemoteEndpointStatus,
     account_namespace,
     account_of,
+    reaches,
 )
 from tollgate.runtime.optimistic import update_optimistically
 
@@ -156,6 +158,10 @@ class Reconciler:
             proxy_state = (
                 (False, "NotAllocated", "waiting for the service ID") if not ok else await self._proxy(lb, account)
             )
+            reps = await self._endpoints_of(namespace, name)
+            matched, match_reason, match_message = proxy.endpoint_match(
+                LoadBalancerSpec.model_validate(lb["spec"]).public_ports, reps
+            )
 
             def write(status: LoadBalancerStatus) -> None:
                 status.observed_generation = generation
@@ -165,11 +171,17 @@ class Reconciler:
                     proxy.PROXY_READY, "True" if ready else "False", proxy_reason, proxy_message, generation
                 )
                 proxy.settle_ready(status, generation)
+                status.set_condition(
+                    proxy.ENDPOINTS_MATCHED, "True" if matched else "False", match_reason, match_message, generation
+                )
 
+            before = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.ENDPOINTS_MATCHED)
             written = await self.update_status(LoadBalancer, namespace, name, write)
             if written is None:
                 return
-            await self._adopt_endpoints(written)
+            if not matched and (before is None or before.message != match_message):
+                await self.kube.event(written, match_reason, match_message, warning=True)
+            await self._adopt_endpoints(written, reps)
 
     async def _service_id(self, lb: JSON, account: str) -> tuple[bool, str, str, int | None]:
         """Whether the load balancer has (or now gets) a valid service ID, the reason and message, and the ID just
@@ -222,13 +234,18 @@ class Reconciler:
         deployment = await self.kube.apply(proxy.deployment(lb, account, group, text))
         return proxy.proxy_readiness(deployment)
 
-    async def _adopt_endpoints(self, lb: JSON) -> None:
+    async def _endpoints_of(self, namespace: str, load_balancer: str) -> list[JSON]:
+        """The RemoteEndpoints of a load balancer, leaving out those being deleted."""
+        return [
+            rep
+            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
+            if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
+        ]
+
+    async def _adopt_endpoints(self, lb: JSON, reps: list[JSON]) -> None:
         """RemoteEndpoints created before their load balancer get their tunnels now; stale entries go."""
-        reps = await self.kube.list_objects(RemoteEndpoint, lb["metadata"]["namespace"])
         for rep in reps:
-            if rep["spec"].get("load-balancer") == lb["metadata"]["name"] and not (rep.get("status") or {}).get(
-                "tunnel-id"
-            ):
+            if not (rep.get("status") or {}).get("tunnel-id"):
                 await self.reconcile_remote_endpoint(rep, lb)
         for address in await self.registry.prune(lb, reps):
             await self.kube.event(lb, "TunnelReleased", f"released the tunnel of {address}: no RemoteEndpoint holds it")
@@ -321,6 +338,33 @@ class Reconciler:
                 return
             if had is None:
                 await self.kube.event(rep, "TunnelAssigned", f"tunnel ID {tunnel_id} for {rep['spec']['address']}")
+
+    async def endpoints_changed(self, rep: JSON, deleted: bool) -> None:
+        """Keep the load balancer's EndpointsMatched current as its RemoteEndpoints come, change and go."""
+        namespace, name = rep["metadata"]["namespace"], rep["spec"].get("load-balancer", "")
+        lb = await self.kube.get(LoadBalancer, namespace, name)
+        if lb is None or lb["metadata"].get("deletionTimestamp"):
+            return
+        public_ports = LoadBalancerSpec.model_validate(lb["spec"]).public_ports
+        current = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.ENDPOINTS_MATCHED)
+        port = RemoteEndpointSpec.model_validate(rep["spec"]).port
+        if (
+            current is not None
+            and current.status == "True"
+            and (deleted or any(reaches(p, port) for p in public_ports))
+        ):
+            return
+        matched, reason, message = proxy.endpoint_match(public_ports, await self._endpoints_of(namespace, name))
+        if current is not None and (current.status == "True") == matched and current.message == message:
+            return
+
+        def write(status: LoadBalancerStatus) -> None:
+            generation = status.observed_generation
+            status.set_condition(proxy.ENDPOINTS_MATCHED, "True" if matched else "False", reason, message, generation)
+
+        written = await self.update_status(LoadBalancer, namespace, name, write)
+        if written is not None and not matched:
+            await self.kube.event(written, reason, message, warning=True)
 
     async def remote_endpoint_deleted(self, rep: JSON) -> None:
         if await self.registry.forget(rep):

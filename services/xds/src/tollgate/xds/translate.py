@@ -3,7 +3,8 @@
 - A VirtualService's `selector` picks Envoy pods in its own namespace; `host.selector` picks the Ready pods of
   that namespace whose IPs become endpoints.
 - A LoadBalancer's `public-ports` become listeners on its Envoy proxies (pods labelled with its name and
-  account), forwarding to its RemoteEndpoints of the same protocol once they carry a tunnel ID.
+  account), each forwarding to the RemoteEndpoints its targetPort reaches (`epic.reaches`: same protocol, and
+  the endpoint port's number or name is the target), once the allocator has made them Ready.
 - Where sources that apply to one Envoy define the same listener name, cluster name or port, the oldest
   source keeps it and the other's unit is left out; both are told (see `Conflict`).
 """
@@ -153,17 +154,16 @@ def load_balancer_unit_name(lb: LoadBalancer, protocol: str, port: int) -> str:
     return f"{lb.namespace}/{lb.name}/{protocol.lower()}-{port}"
 
 
+def _accepted(endpoint: RemoteEndpoint) -> bool:
+    """The allocator has accepted the endpoint (its tunnel is recorded, or it is an ad-hoc one): Ready is True."""
+    ready = endpoint.status.condition("Ready") if endpoint.status is not None else None
+    return ready is not None and ready.status == "True"
+
+
 def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.Source:
-    """A listener per public port, to the registered endpoints (tunnel ID set) of the same protocol."""
+    """A listener per public port, to the accepted endpoints (Ready) that its targetPort reaches."""
     registered = sorted(
-        (
-            e
-            for e in endpoints
-            if e.namespace == lb.namespace
-            and e.spec.load_balancer == lb.name
-            and e.status is not None
-            and e.status.tunnel_id is not None
-        ),
+        (e for e in endpoints if e.namespace == lb.namespace and e.spec.load_balancer == lb.name and _accepted(e)),
         key=lambda e: (int(e.spec.address), e.spec.port.port),
     )
     units: list[ir.Listener] = []
@@ -179,7 +179,7 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
             dict.fromkeys(
                 ir.Endpoint(str(e.spec.address), e.spec.port.port)
                 for e in registered
-                if e.spec.port.protocol == port.protocol
+                if epic.reaches(port, e.spec.port)
             )
         )
         units.append(
