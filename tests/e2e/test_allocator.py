@@ -124,12 +124,25 @@ def accounts(cluster: EmbeddedCluster) -> Iterator[list[str]]:
         cluster.kubectl("delete", "namespace", f"epic-{name}", "--wait=false", check=False)
 
 
+def envoy_node_address(core: client.CoreV1Api, namespace: str, load_balancer: str) -> str | None:
+    """The InternalIP of the node running the load balancer's (first scheduled) Envoy pod."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{LOAD_BALANCER_LABEL}={load_balancer}").items
+    scheduled = sorted((p for p in pods if p.spec.node_name), key=lambda p: str(p.metadata.name))
+    if not scheduled:
+        return None
+    node = core.read_node(str(scheduled[0].spec.node_name))
+    return next(str(a.address) for a in node.status.addresses if a.type == "InternalIP")
+
+
 async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_status_shape(
     cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     apps: client.AppsV1Api,
     api: AllocatorClient,
 ) -> None:
+    """Endpoints on the seed's two client nodes: two on 192.168.1.16 (registered over gRPC), one on 192.168.1.25
+    (a RemoteEndpoint object). The status gets the seed's two entries, keyed by node, one tunnel ID each."""
     cluster.kubectl("apply", "-f", str(SAMPLES / "epic-root-account.yaml"))
     # The seed's manifest carries a resourceVersion: it applies as a creation, not over an existing object.
     cluster.kubectl("delete", "-f", str(SAMPLES / "seed-loadbalancer.yaml"), "--ignore-not-found", "--wait")
@@ -139,31 +152,37 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "RemoteEndpoint",
             "metadata": {"name": "seed-25", "namespace": "epic-root"},
-            "spec": {"load-balancer": "sample-acnodal", "address": "192.168.1.25", "port": {"port": 8080}},
+            "spec": {
+                "load-balancer": "sample-acnodal",
+                "address": "10.244.2.7",
+                "port": {"port": 8080},
+                "node-address": "192.168.1.25",
+            },
         }
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(rep))
-        registered = await api.register("root", "sample-acnodal", "192.168.1.16", 8080)
-        assert registered.created
-        assert registered.tunnel.epic_address == GUE_ADDRESS
+        first = await api.register("root", "sample-acnodal", "10.244.1.5", 8080, node_address="192.168.1.16")
+        second = await api.register("root", "sample-acnodal", "10.244.1.6", 8080, node_address="192.168.1.16")
+        assert first.created and second.created
+        assert first.tunnel.tunnel_id == second.tunnel.tunnel_id, "endpoints on one node share its tunnel"
+        assert first.tunnel.node_address == "192.168.1.16"
 
-        async def both_tunnels() -> dict[str, Any] | None:
+        async def seed_shape() -> dict[str, Any] | None:
             lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
             entries = (lb.get("status") or {}).get("gue-tunnel-endpoints") or {}
-            return lb if {"192.168.1.16", "192.168.1.25"} <= set(entries) else None
+            epic_address = envoy_node_address(core, "epic-root", "sample-acnodal")
+            at_node = all(e.get("epic-address") == epic_address for e in entries.values())
+            return lb if set(entries) == {"192.168.1.16", "192.168.1.25"} and at_node else None
 
-        lb = await eventually(both_tunnels, "tunnels of both endpoints in the load balancer's status", timeout=30)
+        lb = await eventually(seed_shape, "the seed's two node entries, ending at the Envoy pod's node", timeout=30)
         entries = lb["status"]["gue-tunnel-endpoints"]
-        for address in ("192.168.1.16", "192.168.1.25"):
-            entry = entries[address]
-            assert set(entry) == {"epic-address", "epic-port", "tunnel-id"}, entry
-            assert entry["epic-address"] == GUE_ADDRESS
-            assert entry["epic-port"] == EPIC_PORT
-        assert entries["192.168.1.16"]["tunnel-id"] == registered.tunnel.tunnel_id
+        for node in ("192.168.1.16", "192.168.1.25"):
+            assert set(entries[node]) == {"epic-address", "epic-port", "tunnel-id"}, entries[node]
+            assert entries[node]["epic-port"] == EPIC_PORT
+        assert entries["192.168.1.16"]["tunnel-id"] == first.tunnel.tunnel_id
         assert entries["192.168.1.16"]["tunnel-id"] != entries["192.168.1.25"]["tunnel-id"]
-        assert (
-            get(custom, "remoteendpoints", "epic-root", "seed-25")["status"]["tunnel-id"]
-            == (entries["192.168.1.25"]["tunnel-id"])
-        )
+        seed_25 = get(custom, "remoteendpoints", "epic-root", "seed-25")
+        assert seed_25["status"]["tunnel-id"] == entries["192.168.1.25"]["tunnel-id"]
+        assert condition(seed_25, "Ready")["reason"] == "TunnelAssigned"
         assert lb["spec"]["service-id"] == 1, "the seed's service-id, set by hand, is kept"
         epic = get(custom, "epics", "epic", "epic")
         assert epic["status"]["current-tunnel-id"] >= max(e["tunnel-id"] for e in entries.values())
@@ -176,6 +195,7 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
         lb = await eventually(ready, "the seed's load balancer to be Ready", timeout=30)
         assert condition(lb, "Allocated")["reason"] == "ServiceIDAllocated"
         assert condition(lb, "ProxyReady")["message"] == "1/1 Envoy replicas ready"
+        assert condition(lb, "EndpointsMatched")["status"] == "True", "8888 -> targetPort 8080 reaches all three"
         assert lb["status"]["observedGeneration"] == lb["metadata"]["generation"]
         deployment = apps.read_namespaced_deployment("sample-acnodal-envoy", "epic-root")
         assert deployment.spec.replicas == 1
@@ -193,20 +213,16 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
             "--service-cluster", "sample-acnodal",
         ]  # fmt: skip
 
-        assert (await api.unregister("root", "sample-acnodal", "192.168.1.16")).deleted
+        def tunnels() -> dict[str, Any]:
+            status = get(custom, "loadbalancers", "epic-root", "sample-acnodal")["status"]
+            return dict(status["gue-tunnel-endpoints"])
 
-        async def released() -> bool:
-            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
-            return "192.168.1.16" not in lb["status"]["gue-tunnel-endpoints"]
-
-        await eventually(released, "the unregistered endpoint's tunnel to leave the status", timeout=30)
+        assert (await api.unregister("root", "sample-acnodal", "10.244.1.5", 8080)).removed == 1
+        assert tunnels()["192.168.1.16"]["tunnel-id"] == first.tunnel.tunnel_id, "the node still has an endpoint"
+        assert (await api.unregister("root", "sample-acnodal", "10.244.1.6")).removed == 1
+        wait_for(lambda: "192.168.1.16" not in tunnels(), "the node's tunnel to go with its last endpoint", timeout=30)
         cluster.kubectl("delete", "remoteendpoint", "seed-25", "-n", "epic-root")
-
-        async def released_object() -> bool:
-            lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
-            return "192.168.1.25" not in lb["status"]["gue-tunnel-endpoints"]
-
-        await eventually(released_object, "a deleted RemoteEndpoint's tunnel to leave the status", timeout=30)
+        wait_for(lambda: "192.168.1.25" not in tunnels(), "a deleted RemoteEndpoint's node tunnel to go", timeout=30)
     finally:
         cluster.kubectl("delete", "-f", str(SAMPLES / "seed-loadbalancer.yaml"), "--ignore-not-found")
         cluster.kubectl("delete", "remoteendpoint", "seed-25", "-n", "epic-root", "--ignore-not-found")
@@ -315,20 +331,78 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     again = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
     assert first.created and not again.created
     assert again.tunnel == first.tunnel
-    assert first.tunnel.remote_endpoint == "api-10-1-0-7"
-    rep = get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7")
+    assert first.tunnel.remote_endpoint == "api-10-1-0-7-8080-tcp"
+    rep = get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7-8080-tcp")
     assert rep["status"]["tunnel-id"] == first.tunnel.tunnel_id
     assert rep["spec"]["node-address"] == "10.1.0.1"
 
+    # The same address on another port or protocol is another endpoint, on the same node's tunnel.
+    udp = await api.register(account, "api", "10.1.0.7", 8080, "UDP", node_address="10.1.0.1")
+    https = await api.register(account, "api", "10.1.0.7", 8443, node_address="10.1.0.1", port_name="https")
+    assert udp.created and https.created
+    assert {udp.tunnel.remote_endpoint, https.tunnel.remote_endpoint} == {
+        "api-10-1-0-7-8080-udp",
+        "api-10-1-0-7-8443-tcp",
+    }
+    assert udp.tunnel.tunnel_id == https.tunnel.tunnel_id == first.tunnel.tunnel_id
+    assert https.tunnel.endpoint_port.name == "https"
+    # The same endpoint with other fields is refused, naming what differs; nothing changes.
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.2")
+    assert raised.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "endpoint 10.1.0.7:8080/TCP is registered already as RemoteEndpoint api-10-1-0-7-8080-tcp with " in str(
+        raised.value.details()
+    )
+    assert "node-address '10.1.0.1' (not '10.1.0.2')" in str(raised.value.details())
+    assert get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7-8080-tcp")["spec"]["node-address"] == (
+        "10.1.0.1"
+    )
+    # Without a node address, an endpoint is ad hoc: Ready, without a tunnel.
+    ad_hoc = await api.register(account, "api", "10.1.0.9", 8080)
+    assert (ad_hoc.tunnel.tunnel_id, ad_hoc.tunnel.node_address) == (0, "")
+    assert condition(get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-9-8080-tcp"), "Ready")["reason"] == (
+        "AdHocEndpoint"
+    )
+
     lb = await api.load_balancer(account, "api")
-    assert [t.endpoint_address for t in lb.tunnels] == ["10.1.0.7"]
+    assert sorted((t.endpoint_address, t.endpoint_port.port, t.endpoint_port.protocol) for t in lb.tunnels) == [
+        ("10.1.0.7", 8080, "TCP"), ("10.1.0.7", 8080, "UDP"), ("10.1.0.7", 8443, "TCP"), ("10.1.0.9", 8080, "TCP")
+    ]  # fmt: skip
     assert lb.service_id == 1
     tunnels = await api.tunnels(account)
-    assert [(t.load_balancer, t.tunnel_id) for t in tunnels] == [("api", first.tunnel.tunnel_id)]
+    assert {(t.load_balancer, t.node_address, t.tunnel_id) for t in tunnels} == {
+        ("api", "10.1.0.1", first.tunnel.tunnel_id), ("api", "", 0)
+    }  # fmt: skip
 
     listed = epicctl(cluster, "get", "tunnels", "-n", account).stdout.splitlines()
-    assert listed[0].split() == ["ACCOUNT", "LOAD-BALANCER", "ENDPOINT", "TUNNEL-ID", "EPIC-ADDRESS", "EPIC-PORT"]
-    assert listed[1].split() == [account, "api", "10.1.0.7", str(first.tunnel.tunnel_id), GUE_ADDRESS, "6080/UDP"]
+    assert listed[0].split() == ["ACCOUNT", "LOAD-BALANCER", "NODE", "TUNNEL-ID", "EPIC-ADDRESS", "EPIC-PORT"]
+    assert listed[1].split() == [account, "api", "10.1.0.1", str(first.tunnel.tunnel_id), GUE_ADDRESS, "6080/UDP"]
+    assert len(listed) == 2, "one tunnel for the node's three endpoints"
+    endpoints = epicctl(cluster, "get", "endpoints", "-n", account).stdout.splitlines()
+    assert len(endpoints) == 5
+    assert [account, "api", "api-10-1-0-7-8443-tcp", "10.1.0.7:8443/TCP", "https", "10.1.0.1"] == (
+        endpoints[3].split()[:6]
+    )
+
+    # The load balancer's one public port (80, no targetPort) reaches none of them: they are named.
+    async def unmatched() -> dict[str, Any] | None:
+        state = condition(get(custom, "loadbalancers", f"epic-{account}", "api"), "EndpointsMatched")
+        return state if state and state["status"] == "False" and "10.1.0.9" in state["message"] else None
+
+    state = await eventually(unmatched, "EndpointsMatched to name the endpoints no port reaches", timeout=30)
+    assert state["reason"] == "EndpointMatchesNoPort"
+    assert "api-10-1-0-7-8443-tcp (10.1.0.7:8443/TCP (https))" in state["message"]
+    assert "(public ports and their targets: 80/TCP -> 80)" in state["message"]
+    ports = [{"port": 80, "targetPort": 8080}, {"port": 443, "targetPort": "https"}, {"port": 8080, "protocol": "UDP"}]
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, f"epic-{account}", "loadbalancers", "api", {"spec": {"public-ports": ports}}
+    )
+
+    async def matched() -> bool:
+        state = condition(get(custom, "loadbalancers", f"epic-{account}", "api"), "EndpointsMatched")
+        return bool(state and state["status"] == "True")
+
+    await eventually(matched, "EndpointsMatched once every endpoint's port is a target", timeout=30)
 
     bad: list[tuple[tuple[Any, ...], grpc.StatusCode, str]] = [
         ((account, "api", "10.1.0.300", 80), grpc.StatusCode.INVALID_ARGUMENT, "address: '10.1.0.300' is not an IPv4"),
@@ -349,8 +423,10 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
             await intruder.tunnels()
         assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
-    assert (await api.unregister(account, "api", "10.1.0.7")).deleted
+    assert (await api.unregister(account, "api", "10.1.0.7", 8080, "UDP")).removed == 1
+    assert (await api.unregister(account, "api", "10.1.0.7")).removed == 2, "every port of the address"
     assert not (await api.unregister(account, "api", "10.1.0.7")).deleted
+    assert (await api.unregister(account, "api", "10.1.0.9")).deleted
     assert await api.tunnels(account) == []
 
 

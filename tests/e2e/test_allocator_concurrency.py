@@ -24,7 +24,7 @@ from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
 
-ACCOUNTS, LBS_PER_ACCOUNT, ENDPOINTS_PER_LB = 4, 5, 15  # 300 endpoints on 20 load balancers
+ACCOUNTS, LBS_PER_ACCOUNT, ENDPOINTS_PER_LB = 4, 5, 15  # 300 endpoints on 160 client nodes of 20 load balancers
 CONCURRENCY = 24
 LEASE_SECONDS = 6
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -91,8 +91,9 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     token = base64.b64decode(secret.data["token"]).decode()
     clients = [AllocatorClient(f"127.0.0.1:{port}", token) for port in ports]
 
+    # Two endpoints per client node: registered at once, through different allocators, they must share a tunnel.
     endpoints = [
-        (account, f"lb-{lb}", f"10.{a}.{lb}.{e + 1}")
+        (account, f"lb-{lb}", f"10.{a}.{lb}.{e + 1}", f"10.{a}.{lb}.{200 + e // 2}")
         for a, account in enumerate(accounts)
         for lb in range(LBS_PER_ACCOUNT)
         for e in range(ENDPOINTS_PER_LB)
@@ -102,12 +103,12 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     halfway = asyncio.Event()
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def register(index: int, account: str, lb: str, address: str) -> None:
+    async def register(index: int, account: str, lb: str, address: str, node: str) -> None:
         async with gate:
             for attempt in range(60):
                 api = clients[(index + attempt) % len(clients)]
                 try:
-                    response = await api.register(account, lb, address, 8080, timeout=20)
+                    response = await api.register(account, lb, address, 8080, node_address=node, timeout=20)
                 except grpc.aio.AioRpcError as error:
                     if error.code() not in RETRYABLE:
                         raise
@@ -131,23 +132,29 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
         for api in clients:
             await api.close()
     assert len(returned) == len(endpoints)
-    assert Counter(returned.values()).most_common(1)[0][1] == 1, "a tunnel ID was handed to two endpoints"
+    per_node: dict[tuple[str, str, str], set[int]] = {}
+    for account, lb, address, node in endpoints:
+        per_node.setdefault((account, lb, node), set()).add(returned[address])
+    assert [key for key, ids in per_node.items() if len(ids) != 1] == [], "endpoints of one node got different tunnels"
+    node_ids = [next(iter(ids)) for ids in per_node.values()]
+    assert Counter(node_ids).most_common(1)[0][1] == 1, "a tunnel ID was handed to two nodes"
 
     reps = custom.list_cluster_custom_object(GROUP, VERSION, "remoteendpoints")["items"]
-    held = [rep["status"]["tunnel-id"] for rep in reps if (rep.get("status") or {}).get("tunnel-id")]
-    assert [tid for tid, n in Counter(held).items() if n > 1] == [], "RemoteEndpoints hold a tunnel ID twice"
     ours = {rep["spec"]["address"]: rep["status"]["tunnel-id"] for rep in reps if rep["spec"]["address"] in returned}
     assert ours == returned, "each endpoint's record holds the tunnel its registration returned"
+    held = [rep["status"]["tunnel-id"] for rep in reps if (rep.get("status") or {}).get("tunnel-id")]
+    wanted = {(f"epic-{account}", lb, node): tunnel_id for (account, lb, node), (tunnel_id,) in per_node.items()}
 
-    async def statuses_complete() -> dict[str, int] | None:
-        recorded: dict[str, int] = {}
+    async def statuses_complete() -> dict[tuple[str, str, str], int] | None:
+        recorded: dict[tuple[str, str, str], int] = {}
         for account in accounts:
             for lb in custom.list_namespaced_custom_object(GROUP, VERSION, f"epic-{account}", "loadbalancers")["items"]:
-                for address, entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items():
-                    recorded[address] = entry["tunnel-id"]
-        return recorded if recorded == returned else None
+                meta = lb["metadata"]
+                for node, entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items():
+                    recorded[(meta["namespace"], meta["name"], node)] = entry["tunnel-id"]
+        return recorded if recorded == wanted else None
 
-    await eventually(statuses_complete, "every load balancer's status to list its endpoints' tunnels", timeout=60)
+    await eventually(statuses_complete, "every load balancer's status to list its nodes' tunnels", timeout=60)
     every_entry = [
         entry["tunnel-id"]
         for lb in custom.list_cluster_custom_object(GROUP, VERSION, "loadbalancers")["items"]
@@ -165,4 +172,4 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
 
     await eventually(dead_blocks_reclaimed, "the killed allocator's block to be reclaimed", timeout=4 * LEASE_SECONDS)
     assert sum(metric(a, "tollgate_allocator_tunnel_ids_allocated_total") for a in allocators[1:]) > 0
-    print(f"\n{len(returned)} endpoints registered; retried after the crash: {dict(retried)}")
+    print(f"\n{len(returned)} endpoints on {len(per_node)} nodes registered; retried after the crash: {dict(retried)}")

@@ -370,6 +370,15 @@ def cases(ns: str, label: str) -> list[Case]:
             denied("RemoteEndpoint", f"spec.address: 0.0.0.0 {unicast}"),
         ),
         Case(
+            "remote endpoint: a second object for one address, port and protocol",
+            _with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "rep-twin"),
+            denied(
+                "RemoteEndpoint",
+                "spec: endpoint 192.168.1.44:8080/TCP of load balancer 'lb' is registered already as RemoteEndpoint "
+                "existing-rep: one RemoteEndpoint per address, port and protocol",
+            ),
+        ),
+        Case(
             "vs-duplicate-listener",
             _vs(ns, one, _with(two, "name", "one")),
             denied("VirtualService", "spec.listeners[1].name: duplicate listener name 'one' (spec.listeners[0].name"),
@@ -556,10 +565,12 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     webhook.create(_with(_vs(ns, taken), "metadata.name", "existing-vs"))
     webhook.create(_class(cls))
     webhook.create(_with(_rip(ns, "198.51.100.7", cls), "metadata.name", "existing-rip"))
+    webhook.create(_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "existing-rep"))
     # Watch events reach the webhook's cache a moment after the writes: wait until it refuses duplicates.
     for probe, refusal in (
         (_rip(ns, "198.51.100.7", cls), "already routed"),
         (_vs(ns, _listener("taken-l", 5000)), "already used"),
+        (_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "probe"), "registered already"),
     ):
         wait_for(
             partial(_refused_with, webhook, probe, refusal),

@@ -47,11 +47,27 @@ def test_table_aligns_columns_under_upper_case_headers() -> None:
     assert rendered.splitlines() == ["NAME        READY", "a           True", "long-name   False"]
 
 
-def test_tunnels_are_listed_by_tunnel_id_with_their_account() -> None:
+def test_tunnels_are_listed_by_tunnel_id_with_their_account_and_node() -> None:
     rows = epicctl.tunnel_rows([LB])
-    assert [(r["account"], r["endpoint"], r["tunnel-id"], r["epic-port"]) for r in rows] == [
+    assert [(r["account"], r["node"], r["tunnel-id"], r["epic-port"]) for r in rows] == [
         ("acme", "10.0.0.1", "3", "6080/UDP"),
         ("acme", "10.0.0.2", "9", "6080/UDP"),
+    ]
+
+
+def test_endpoints_are_listed_by_address_port_and_protocol_with_their_node() -> None:
+    def rep(name: str, port: dict[str, object], node: str | None, tunnel: int | None) -> dict[str, object]:
+        spec = {"load-balancer": "web", "address": "10.0.0.1", "port": port} | ({"node-address": node} if node else {})
+        ready = {"type": "Ready", "status": "True"}
+        return {"metadata": {"name": name, "namespace": "epic-acme"}, "spec": spec,
+                "status": {"conditions": [ready]} | ({"tunnel-id": tunnel} if tunnel else {})}  # fmt: skip
+
+    rows = epicctl.endpoint_rows(
+        [rep("a", {"port": 8080, "protocol": "TCP", "name": "http"}, "10.1.0.1", 3), rep("b", {"port": 53}, None, None)]
+    )
+    assert [(r["endpoint"], r["port-name"], r["node"], r["tunnel-id"], r["ready"]) for r in rows] == [
+        ("10.0.0.1:8080/TCP", "http", "10.1.0.1", "3", "True"),
+        ("10.0.0.1:53/TCP", "", "<ad hoc>", "", "True"),
     ]
 
 

@@ -465,6 +465,48 @@ def test_a_remote_endpoint_is_a_unicast_address(check: Check, sample: Sample) ->
     assert violation.startswith("spec.address: 0.0.0.0 is not a unicast host address")
 
 
+def test_one_remote_endpoint_per_address_port_and_protocol(check: Check, sample: Sample) -> None:
+    first = named(sample("RemoteEndpoint"), "first")
+    assert check(sample("RemoteEndpoint"), first) == [
+        "spec: endpoint 192.168.1.30:8080/TCP of load balancer 'sample-acnodal' is registered already as "
+        "RemoteEndpoint first: one RemoteEndpoint per address, port and protocol"
+    ]
+    assert check(first, first) == [], "its own stored version is no duplicate"
+    other_port, other_protocol, elsewhere = sample("RemoteEndpoint"), sample("RemoteEndpoint"), sample("RemoteEndpoint")
+    other_port["spec"]["port"]["port"] = 8443
+    other_protocol["spec"]["port"]["protocol"] = "UDP"
+    elsewhere["metadata"]["namespace"] = "epic-other"
+    assert [check(e, first) for e in (other_port, other_protocol, elsewhere)] == [[], [], []]
+
+
+IDENTITY = "is immutable: it is part of the endpoint's identity"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "violation"),
+    [
+        (("address",), "192.168.1.31", "spec.address: is immutable: it is part of the endpoint's identity "
+         "(was 192.168.1.30, now 192.168.1.31); register a new endpoint instead"),
+        (("port", "port"), 8443, f"spec.port.port: {IDENTITY} (was 8080, now 8443)"),
+        (("port", "protocol"), "UDP", f"spec.port.protocol: {IDENTITY} (was TCP, now UDP)"),
+        (("load-balancer",), "other", f"spec.load-balancer: {IDENTITY} (was sample-acnodal, now other)"),
+    ],
+)  # fmt: skip
+def test_a_remote_endpoints_identity_is_immutable(
+    check: Check, sample: Sample, path: tuple[str, ...], value: object, violation: str
+) -> None:
+    old, new = sample("RemoteEndpoint"), sample("RemoteEndpoint")
+    target = new["spec"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    (found,) = check(new, old=old)
+    assert found.startswith(violation)
+    changed = sample("RemoteEndpoint")
+    changed["spec"]["port"]["name"] = "http"
+    assert check(changed, old=old) == [], "the port's name is not part of the identity"
+
+
 def test_a_wrong_api_version_is_named(sample: Sample, store_with: Callable[..., Any]) -> None:
     goop = sample("Goop")
     goop["apiVersion"] = "goop.example.com/v1"

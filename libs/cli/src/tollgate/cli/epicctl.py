@@ -4,6 +4,7 @@
     epicctl get accounts
     epicctl get loadbalancers [-n ACCOUNT]
     epicctl get tunnels [-n ACCOUNT]
+    epicctl get endpoints [-n ACCOUNT]
     epicctl describe lb NAME [-n ACCOUNT]
 
 Every command takes `-o table|json|yaml` and `--kubeconfig`. Errors print one line and exit non-zero.
@@ -23,13 +24,14 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tollgate.models.base import parse_rfc3339
+from tollgate.models.base import condition_status, parse_rfc3339
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     USER_NAMESPACE_LABEL,
     Account,
     AccountSpec,
     LoadBalancer,
+    RemoteEndpoint,
     account_namespace,
     account_of,
 )
@@ -58,13 +60,6 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds // 86400}d"
 
 
-def condition(obj: JSON, kind: str) -> str:
-    for item in (obj.get("status") or {}).get("conditions") or []:
-        if item.get("type") == kind:
-            return str(item.get("status", "Unknown"))
-    return "Unknown"
-
-
 def table(rows: Sequence[Row], columns: Sequence[str]) -> str:
     """Left-aligned columns separated by three spaces, as kubectl prints them."""
     widths = {c: max([len(c), *(len(r.get(c, "")) for r in rows)]) for c in columns}
@@ -78,7 +73,7 @@ def account_rows(accounts: list[JSON]) -> list[Row]:
         {
             "name": a["metadata"]["name"],
             "namespace": a["metadata"]["namespace"],
-            "ready": condition(a, "Ready"),
+            "ready": condition_status(a, "Ready"),
             "age": age(a["metadata"].get("creationTimestamp")),
         }
         for a in accounts
@@ -99,7 +94,7 @@ def lb_rows(lbs: list[JSON]) -> list[Row]:
                 "ports": ports,
                 "group": str(spec.get("service-group", "")),
                 "tunnels": str(len(status.get("gue-tunnel-endpoints") or {})),
-                "ready": condition(lb, "Ready"),
+                "ready": condition_status(lb, "Ready"),
                 "age": age(lb["metadata"].get("creationTimestamp")),
             }
         )
@@ -109,19 +104,39 @@ def lb_rows(lbs: list[JSON]) -> list[Row]:
 def tunnel_rows(lbs: list[JSON]) -> list[Row]:
     rows = []
     for lb in lbs:
-        for address, entry in sorted(((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items()):
+        for node, entry in sorted(((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items()):
             port = entry.get("epic-port") or {}
             rows.append(
                 {
                     "account": account_of(lb["metadata"]["namespace"]),
                     "load-balancer": lb["metadata"]["name"],
-                    "endpoint": address,
+                    "node": node,
                     "tunnel-id": str(entry.get("tunnel-id", "")),
                     "epic-address": str(entry.get("epic-address", "")),
                     "epic-port": f"{port.get('port', '')}/{port.get('protocol', '')}",
                 }
             )
     return sorted(rows, key=lambda r: int(r["tunnel-id"] or 0))
+
+
+def endpoint_rows(reps: list[JSON]) -> list[Row]:
+    rows = []
+    for rep in reps:
+        spec, status = rep.get("spec") or {}, rep.get("status") or {}
+        port = spec.get("port") or {}
+        rows.append(
+            {
+                "account": account_of(rep["metadata"]["namespace"]),
+                "load-balancer": str(spec.get("load-balancer", "")),
+                "name": rep["metadata"]["name"],
+                "endpoint": f"{spec.get('address', '')}:{port.get('port', '')}/{port.get('protocol', 'TCP')}",
+                "port-name": str(port.get("name") or ""),
+                "node": str(spec.get("node-address") or "<ad hoc>"),
+                "tunnel-id": str(status.get("tunnel-id", "")),
+                "ready": condition_status(rep, "Ready"),
+            }
+        )
+    return rows
 
 
 def describe_lb(lb: JSON, events: list[JSON]) -> str:
@@ -143,9 +158,7 @@ def describe_lb(lb: JSON, events: list[JSON]) -> str:
     lines += ["  " + line for line in table(rows, ["type", "status", "reason", "message"]).splitlines()]
     lines.append("Tunnels:")
     tunnels = tunnel_rows([lb])
-    lines += [
-        "  " + line for line in table(tunnels, ["endpoint", "tunnel-id", "epic-address", "epic-port"]).splitlines()
-    ]
+    lines += ["  " + line for line in table(tunnels, ["node", "tunnel-id", "epic-address", "epic-port"]).splitlines()]
     lines.append("Events:")
     event_rows = [
         {
@@ -200,6 +213,9 @@ class EPICClient:
     def load_balancers(self, account: str | None) -> list[JSON]:
         return self._list(LoadBalancer, account_namespace(account) if account else None)
 
+    def endpoints(self, account: str | None) -> list[JSON]:
+        return self._list(RemoteEndpoint, account_namespace(account) if account else None)
+
     def load_balancer(self, account: str | None, name: str) -> JSON:
         candidates = [lb for lb in self.load_balancers(account) if lb["metadata"]["name"] == name]
         if not candidates:
@@ -239,10 +255,15 @@ def parser() -> argparse.ArgumentParser:
     user_ns = create_what.add_parser("user-namespace", parents=[common], help="a user namespace and its Account")
     user_ns.add_argument("name", help="account name; the namespace is epic-NAME")
 
-    get = verbs.add_parser("get", help="list accounts, load balancers or tunnels")
+    get = verbs.add_parser("get", help="list accounts, load balancers, tunnels or endpoints")
     get_what = get.add_subparsers(dest="what", required=True)
     get_what.add_parser("accounts", aliases=["account", "acct"], parents=[common])
-    for name, aliases in (("loadbalancers", ["loadbalancer", "lb", "lbs"]), ("tunnels", ["tunnel"])):
+    listed = (
+        ("loadbalancers", ["loadbalancer", "lb", "lbs"]),
+        ("tunnels", ["tunnel"]),
+        ("endpoints", ["endpoint", "remoteendpoints", "rep"]),
+    )
+    for name, aliases in listed:
         sub = get_what.add_parser(name, aliases=aliases, parents=[common])
         sub.add_argument("-n", "--account", help="only this account")
 
@@ -261,6 +282,9 @@ ALIASES = {
     "lb": "loadbalancers",
     "lbs": "loadbalancers",
     "tunnel": "tunnels",
+    "endpoint": "endpoints",
+    "remoteendpoints": "endpoints",
+    "rep": "endpoints",
 }
 
 
@@ -279,9 +303,13 @@ def run(args: argparse.Namespace, epic: EPICClient) -> None:
         lbs = epic.load_balancers(args.account)
         columns = ["account", "name", "service-id", "address", "ports", "group", "tunnels", "ready", "age"]
         emit(lbs, args.output, lambda: table(lb_rows(lbs), columns))
+    elif ALIASES.get(args.what, args.what) == "endpoints":
+        reps = epic.endpoints(args.account)
+        columns = ["account", "load-balancer", "name", "endpoint", "port-name", "node", "tunnel-id", "ready"]
+        emit(reps, args.output, lambda: table(endpoint_rows(reps), columns))
     else:
         rows = tunnel_rows(epic.load_balancers(args.account))
-        columns = ["account", "load-balancer", "endpoint", "tunnel-id", "epic-address", "epic-port"]
+        columns = ["account", "load-balancer", "node", "tunnel-id", "epic-address", "epic-port"]
         emit(rows, args.output, lambda: table(rows, columns))
 
 

@@ -50,6 +50,14 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def condition_status(obj: dict[str, Any], type_: str) -> str:
+    """The status ("True", "False" or "Unknown") of a condition of an object as the API server returns it."""
+    for item in (obj.get("status") or {}).get("conditions") or []:
+        if item.get("type") == type_:
+            return str(item.get("status", "Unknown"))
+    return "Unknown"
+
+
 def merge_patch(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """The JSON merge patch (RFC 7386) that turns the object `before` into `after`: top-level keys `after`
     lacks are set to null, the others replaced whole."""

@@ -214,7 +214,7 @@ class ProxyStatus(Status):
     gue_tunnel_endpoints: dict[str, GUETunnelEndpoint] = Field(
         default_factory=dict,
         alias="gue-tunnel-endpoints",
-        description="Upstream tunnels, by endpoint address.",
+        description="Upstream tunnels, by client node address: one per node, shared by its endpoints.",
     )
     proxy_ifindex: int | None = Field(default=None, alias="proxy-ifindex", ge=0)
     proxy_ifname: str | None = Field(default=None, alias="proxy-ifname")
@@ -281,7 +281,13 @@ class RemoteEndpointSpec(WireModel):
 
 
 class RemoteEndpointStatus(Status):
-    tunnel_id: int | None = Field(default=None, alias="tunnel-id", ge=1, le=MAX_TUNNEL_ID)
+    tunnel_id: int | None = Field(
+        default=None,
+        alias="tunnel-id",
+        ge=1,
+        le=MAX_TUNNEL_ID,
+        description="The tunnel of the endpoint's node (unset for an endpoint without node-address).",
+    )
 
 
 class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
@@ -292,11 +298,15 @@ class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
         plural="remoteendpoints",
         short_names=["rep"],
         categories=["tollgate", "epic"],
-        description="An upstream endpoint registered for a load balancer.",
+        description="An upstream endpoint (address, port, protocol) registered for a load balancer.",
         printer_columns=_columns(
             ("LoadBalancer", "string", ".spec.load-balancer"),
             ("Address", "string", ".spec.address"),
+            ("Port", "integer", ".spec.port.port"),
+            ("Protocol", "string", ".spec.port.protocol"),
+            ("Node", "string", ".spec.node-address"),
             ("Tunnel-ID", "integer", ".status.tunnel-id"),
+            _READY,
             _AGE,
         ),
     )

@@ -134,9 +134,10 @@ def duplicates(ids: Iterable[int]) -> dict[int, int]:
     return {value: count for value, count in Counter(ids).items() if count > 1}
 
 
-def remote_endpoint_name(load_balancer: str, address: str) -> str:
-    """The deterministic name of the RemoteEndpoint of `address` for `load_balancer` (a DNS subdomain)."""
-    name = f"{load_balancer}-{address.replace('.', '-')}"
+def remote_endpoint_name(load_balancer: str, address: str, port: int, protocol: str) -> str:
+    """The deterministic name of the RemoteEndpoint of `address:port/protocol` for `load_balancer` (a DNS
+    subdomain): one object per (address, port, protocol), as EPIC names them."""
+    name = f"{load_balancer}-{address.replace('.', '-')}-{port}-{protocol.lower()}"
     if len(name) <= 253:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
@@ -167,6 +168,7 @@ def validate_address(field_name: str, value: str, *, required: bool = True) -> s
 
 
 def validate_port(field_name: str, port: int, protocol: str) -> tuple[int, str]:
+    """The port and protocol of an endpoint (TCP when empty)."""
     if not 1 <= port <= 65535:
         raise InvalidArgumentError(f"{field_name}.port: {port} is outside 1-65535")
     protocol = protocol or "TCP"

@@ -197,6 +197,20 @@ class Kube:
         )
         return result
 
+    async def pod_node_address(self, namespace: str, label_selector: str) -> str | None:
+        """The InternalIP of the node of the first (by name) scheduled pod that `label_selector` picks."""
+        pods = await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
+        scheduled = sorted((p for p in pods.items if p.spec.node_name), key=lambda p: str(p.metadata.name))
+        if not scheduled:
+            return None
+        try:
+            node = await self._call(self.core.read_node, scheduled[0].spec.node_name)
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        return next((str(a.address) for a in node.status.addresses or [] if a.type == "InternalIP"), None)
+
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on `obj` (a decision a user would wonder about)."""
         meta = obj["metadata"]

@@ -12,9 +12,9 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
-from tollgate.allocator.registry import TUNNELS, NotFoundError, Registry
+from tollgate.allocator.registry import DUPLICATE, NotFoundError, Registry, describe, identity, tunnel_recorded
 from tollgate.allocator.tunnels import Metrics
-from tollgate.models.base import Status
+from tollgate.models.base import Status, condition_status
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     LOAD_BALANCER_LABEL,
@@ -109,7 +109,7 @@ class Reconciler:
             if before != namespace:
                 await self.kube.event(account, "UserNamespaceReady", f"owns the user namespace {namespace}")
             for lb in await self.kube.list_objects(LoadBalancer, namespace):
-                if not _condition_true(lb, proxy.ALLOCATED):
+                if condition_status(lb, proxy.ALLOCATED) != "True":
                     await self.reconcile_load_balancer(lb)
 
     async def cleanup_account(self, account: JSON) -> None:
@@ -243,12 +243,14 @@ class Reconciler:
         ]
 
     async def _adopt_endpoints(self, lb: JSON, reps: list[JSON]) -> None:
-        """RemoteEndpoints created before their load balancer get their tunnels now; stale entries go."""
+        """RemoteEndpoints not yet accepted (created before their load balancer, or while the allocator was down) or
+        whose tunnel is not their node's get it now; entries of nodes without endpoints go."""
         for rep in reps:
-            if not (rep.get("status") or {}).get("tunnel-id"):
+            if not tunnel_recorded(rep, lb):
                 await self.reconcile_remote_endpoint(rep, lb)
-        for address in await self.registry.prune(lb, reps):
-            await self.kube.event(lb, "TunnelReleased", f"released the tunnel of {address}: no RemoteEndpoint holds it")
+        for node in await self.registry.prune(lb, reps):
+            await self.kube.event(lb, "TunnelReleased", f"released the tunnel of node {node}: no endpoint is on it")
+        await self.registry.refresh_epic_address(lb)
 
     async def proxy_changed(self, deployment: JSON) -> None:
         """The Envoy Deployment moved: reflect it in the load balancer's ProxyReady and Ready."""
@@ -263,6 +265,7 @@ class Reconciler:
         lb = await self.kube.get(LoadBalancer, namespace, name)
         if lb is None or lb["metadata"].get("deletionTimestamp"):
             return
+        await self.registry.refresh_epic_address(lb)
         ready, reason, message = proxy.proxy_readiness(deployment)
         current = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.PROXY_READY)
         wanted = ("True" if ready else "False", reason, message)
@@ -288,23 +291,13 @@ class Reconciler:
     # remote endpoints created as objects
 
     async def remote_endpoint_seen(self, rep: JSON) -> None:
-        """A RemoteEndpoint appeared or changed: done when its tunnel is already in its load balancer's status."""
-        tunnel_id = (rep.get("status") or {}).get("tunnel-id")
-        if (
-            rep["metadata"].get("deletionTimestamp")
-            or (
-                rep["metadata"]["namespace"],
-                rep["metadata"]["name"],
-            )
-            in self.registry.in_flight
-        ):
+        """A RemoteEndpoint appeared or changed: done when it is Ready with its node's tunnel."""
+        meta = rep["metadata"]
+        if meta.get("deletionTimestamp") or (meta["namespace"], meta["name"]) in self.registry.in_flight:
             return
-        lb = None
-        if tunnel_id is not None:
-            lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
-            entry = ((lb or {}).get("status") or {}).get(TUNNELS, {}).get(str(rep["spec"]["address"])) or {}
-            if lb is None or entry.get("tunnel-id") == tunnel_id:
-                return
+        lb = await self.kube.get(LoadBalancer, meta["namespace"], rep["spec"]["load-balancer"])
+        if lb is not None and tunnel_recorded(rep, lb):
+            return
         await self.reconcile_remote_endpoint(rep, lb)
 
     async def reconcile_remote_endpoint(self, rep: JSON, lb: JSON | None = None) -> None:
@@ -319,12 +312,12 @@ class Reconciler:
             lb = lb or await self.kube.get(LoadBalancer, namespace, lb_name)
             if lb is None:
                 message = f"spec.load-balancer: no LoadBalancer {lb_name!r} in namespace {namespace}"
-
-                def missing(status: RemoteEndpointStatus) -> None:
-                    status.set_condition("Ready", "False", "LoadBalancerNotFound", message, meta.get("generation"))
-
-                await self.update_status(RemoteEndpoint, namespace, name, missing)
-                await self.kube.event(rep, "LoadBalancerNotFound", message, warning=True)
+                await self._refuse_endpoint(rep, "LoadBalancerNotFound", message)
+                return
+            twin = await self._older_twin(rep)
+            if twin is not None:
+                message = f"spec: {describe(rep['spec'])} is registered already as RemoteEndpoint {twin}"
+                await self._refuse_endpoint(rep, DUPLICATE, message)
                 return
             if not any(ref.get("uid") == lb["metadata"]["uid"] for ref in meta.get("ownerReferences") or []):
                 rep = await self.kube.patch(
@@ -336,8 +329,33 @@ class Reconciler:
             except NotFoundError as error:
                 log.info("not assigning a tunnel: %s", error)
                 return
-            if had is None:
-                await self.kube.event(rep, "TunnelAssigned", f"tunnel ID {tunnel_id} for {rep['spec']['address']}")
+            if tunnel_id is not None and had != tunnel_id:
+                node = rep["spec"]["node-address"]
+                await self.kube.event(rep, "TunnelAssigned", f"tunnel ID {tunnel_id} of node {node}")
+
+    async def _refuse_endpoint(self, rep: JSON, reason: str, message: str) -> None:
+        meta = rep["metadata"]
+        ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+        if ready is not None and (ready.status, ready.reason, ready.message) == ("False", reason, message):
+            return
+
+        def refused(status: RemoteEndpointStatus) -> None:
+            status.set_condition("Ready", "False", reason, message, meta.get("generation"))
+
+        await self.update_status(RemoteEndpoint, meta["namespace"], meta["name"], refused)
+        await self.kube.event(rep, reason, message, warning=True)
+
+    async def _older_twin(self, rep: JSON) -> str | None:
+        """The name of an older RemoteEndpoint of the same (load balancer, address, port, protocol), if any."""
+        meta = rep["metadata"]
+        key = (meta.get("creationTimestamp") or "", meta["name"])
+        twins = [
+            (other["metadata"].get("creationTimestamp") or "", other["metadata"]["name"])
+            for other in await self._endpoints_of(meta["namespace"], rep["spec"]["load-balancer"])
+            if identity(other["spec"]) == identity(rep["spec"])
+        ]
+        older = sorted(t for t in twins if t < key)
+        return older[0][1] if older else None
 
     async def endpoints_changed(self, rep: JSON, deleted: bool) -> None:
         """Keep the load balancer's EndpointsMatched current as its RemoteEndpoints come, change and go."""
@@ -367,21 +385,15 @@ class Reconciler:
             await self.kube.event(written, reason, message, warning=True)
 
     async def remote_endpoint_deleted(self, rep: JSON) -> None:
-        if await self.registry.forget(rep):
+        released = await self.registry.forget(rep)
+        if released is not None:
             lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
             if lb is not None:
-                tunnel_id = rep["status"]["tunnel-id"]
-                await self.kube.event(
-                    lb, "TunnelReleased", f"released tunnel ID {tunnel_id} of {rep['spec']['address']}"
-                )
+                node = rep["spec"]["node-address"]
+                message = f"released tunnel ID {released} of node {node}: its last endpoint went"
+                await self.kube.event(lb, "TunnelReleased", message)
 
 
 def _ready(status: Status, ok: bool, reason: str, message: str, generation: int | None) -> None:
     status.observed_generation = generation
     status.set_condition("Ready", "True" if ok else "False", reason, message, generation)
-
-
-def _condition_true(obj: JSON, name: str) -> bool:
-    return any(
-        c.get("type") == name and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
-    )

@@ -1,8 +1,14 @@
-"""Registered endpoints: RemoteEndpoint objects are the record; each gets a tunnel ID once, and the load
-balancer's status `gue-tunnel-endpoints` mirrors them, keyed by endpoint address.
+"""Registered endpoints and their tunnels.
 
-The gRPC API and the RemoteEndpoint handlers share this one path, so an endpoint gets the same tunnel
-however it was registered and whichever allocator replica got there first.
+RemoteEndpoint objects are the record, one per (load balancer, address, port, protocol). Tunnels are EPIC's:
+one tunnel ID per (load balancer, client node address), recorded in the load balancer's status
+`gue-tunnel-endpoints` under the node address and shared by every endpoint on that node; the entry goes when
+the node's last endpoint does. An endpoint without a node address is ad hoc: no tunnel.
+
+The node entry is written with the load balancer's resourceVersion (409 Conflict when someone wrote first), so
+endpoints registering at once on one node, on any allocator replica, end up with one tunnel ID. Whoever
+removes an entry, and whoever relies on one, checks again afterwards: the two converge (see `ensure_tunnel`
+and `forget`). The gRPC API and the RemoteEndpoint handlers share this one path.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from tollgate.allocator.allocation import InvalidArgumentError
 from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
+from tollgate.models.base import condition_status
+from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     LOAD_BALANCER_LABEL,
@@ -37,6 +45,8 @@ from tollgate.models.epic import (
 log = logging.getLogger("tollgate.allocator.registry")
 GUE_CACHE_SECONDS = 5.0
 TUNNELS = "gue-tunnel-endpoints"
+AD_HOC = "AdHocEndpoint"
+DUPLICATE = "DuplicateEndpoint"
 
 
 class NotFoundError(LookupError):
@@ -47,22 +57,80 @@ class FailedPreconditionError(RuntimeError):
     pass
 
 
+class AlreadyExistsError(RuntimeError):
+    """The endpoint is registered already, with a different spec."""
+
+
 class AbortedError(RuntimeError):
     pass
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """An endpoint's port as a caller gives it, before validation."""
+
+    port: int
+    protocol: str = "TCP"
+    name: str = ""
+    app_protocol: str = ""
+
+    def validated(self) -> ServicePort:
+        number, protocol = allocation.validate_port("port", self.port, self.protocol)
+        name = allocation.validate_name("port.name", self.name) if self.name else None
+        if len(self.app_protocol) > 253:
+            raise InvalidArgumentError("port.app_protocol: longer than 253 characters")
+        return ServicePort.model_validate(
+            {"port": number, "protocol": protocol, "name": name, "appProtocol": self.app_protocol or None}
+        )
+
+
+@dataclass(frozen=True)
 class Tunnel:
+    """One registered endpoint and the tunnel it is reached through (tunnel_id None: an ad-hoc endpoint)."""
+
     account: str
     load_balancer: str
     address: str
-    tunnel_id: int
+    port: ServicePort
+    node_address: str | None
+    tunnel_id: int | None
     epic: GUEEndpoint
     remote_endpoint: str
 
 
 def pointer(*parts: str) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def node_of(rep: JSON) -> str | None:
+    node = rep["spec"].get("node-address")
+    return str(node) if node else None
+
+
+def identity(spec: JSON) -> tuple[str, str, int, str]:
+    """What makes an endpoint itself: load balancer, address, port and protocol."""
+    port = spec.get("port") or {}
+    return (
+        spec.get("load-balancer", ""),
+        str(spec.get("address")),
+        int(port.get("port", 0)),
+        port.get("protocol", "TCP"),
+    )
+
+
+def entries(lb: JSON) -> dict[str, Any]:
+    return dict((lb.get("status") or {}).get(TUNNELS) or {})
+
+
+def tunnel_recorded(rep: JSON, lb: JSON) -> bool:
+    """The endpoint is Ready, and its tunnel ID is the one its node has in the load balancer's status (an ad-hoc
+    endpoint: none)."""
+    if condition_status(rep, "Ready") != "True":
+        return False
+    node, tunnel_id = node_of(rep), (rep.get("status") or {}).get("tunnel-id")
+    if node is None:
+        return tunnel_id is None
+    return tunnel_id is not None and (entries(lb).get(node) or {}).get("tunnel-id") == tunnel_id
 
 
 class Registry:
@@ -75,7 +143,8 @@ class Registry:
         self.in_flight: set[tuple[str, str]] = set()
 
     async def gue_endpoint(self) -> GUEEndpoint:
-        """Where tunnels terminate: the EPIC spec's `gue-endpoint`, else the allocator's default."""
+        """Where tunnels terminate when no Envoy pod is scheduled: the EPIC spec's `gue-endpoint`, else the
+        allocator's default."""
         if self._gue is not None and time.monotonic() - self._gue[0] < GUE_CACHE_SECONDS:
             return self._gue[1]
         obj = await self.epic.read()
@@ -84,88 +153,146 @@ class Registry:
         self._gue = (time.monotonic(), endpoint)
         return endpoint
 
-    async def ensure_tunnel(self, rep: JSON, lb: JSON | None = None) -> tuple[JSON, int]:
-        """Give the RemoteEndpoint a tunnel ID unless it has one, and record it in its load balancer's status."""
+    async def epic_endpoint(self, lb: JSON) -> GUEEndpoint:
+        """Where a load balancer's tunnels terminate: the node running its (first scheduled) Envoy pod."""
+        gue = await self.gue_endpoint()
+        selector = f"{LOAD_BALANCER_LABEL}={lb['metadata']['name']},{ENVOY_PROXY_LABEL}=true"
+        node = await self.kube.pod_node_address(lb["metadata"]["namespace"], selector)
+        return gue if node is None else GUEEndpoint(epic_address=node, epic_port=gue.epic_port)
+
+    async def ensure_tunnel(self, rep: JSON, lb: JSON | None = None) -> tuple[JSON, int | None]:
+        """Make the RemoteEndpoint Ready with its node's tunnel (none for an ad-hoc endpoint); its tunnel ID."""
         meta = rep["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        spec = RemoteEndpointSpec.model_validate(rep["spec"])
-        held: int | None = None
-        tunnel_id: int | None = None
+        node = node_of(rep)
+        lb_name = rep["spec"]["load-balancer"]
+        for _ in range(ATTEMPTS):
+            status = RemoteEndpointStatus.model_validate(rep.get("status") or {})
+            tunnel_id = (
+                None if node is None else await self._node_tunnel(namespace, lb_name, node, status.tunnel_id, lb)
+            )
+            lb = None
+            rep = await self._accept(rep, tunnel_id)
+            if node is None:
+                return rep, None
+            current = await self.kube.get(LoadBalancer, namespace, lb_name)
+            if current is None:
+                raise NotFoundError(f"load balancer {lb_name!r} was deleted")
+            if (entries(current).get(node) or {}).get("tunnel-id") == tunnel_id:
+                return rep, tunnel_id
+            lb = current  # the node's entry went (its last other endpoint left meanwhile): record it again
+        raise AbortedError(f"RemoteEndpoint {namespace}/{name}: its tunnel kept changing for {ATTEMPTS} attempts")
+
+    async def _accept(self, rep: JSON, tunnel_id: int | None) -> JSON:
+        """Write the endpoint's tunnel ID and Ready, unless it says so already."""
+        meta = rep["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        for _ in range(ATTEMPTS):
+            status = RemoteEndpointStatus.model_validate(rep.get("status") or {})
+            ready = status.condition("Ready")
+            if tunnel_id is None:
+                reason, message = AD_HOC, "no node-address: an ad-hoc endpoint, reached without a tunnel"
+            else:
+                reason, message = "TunnelAssigned", f"tunnel ID {tunnel_id} of node {node_of(rep)}"
+            if status.tunnel_id == tunnel_id and ready is not None and (ready.status, ready.reason) == ("True", reason):
+                return rep
+            status.tunnel_id = tunnel_id
+            status.observed_generation = meta.get("generation")
+            status.set_condition("Ready", "True", reason, message, meta.get("generation"))
+            rep["status"] = status.to_wire()
+            try:
+                return await self.kube.replace_status(RemoteEndpoint, rep)
+            except client.ApiException as error:
+                if is_not_found(error):
+                    raise NotFoundError(f"RemoteEndpoint {namespace}/{name} was deleted") from None
+                if not is_conflict(error):
+                    raise
+                self.ids.metrics.conflict("RemoteEndpoint")
+                fresh = await self.kube.get(RemoteEndpoint, namespace, name)
+                if fresh is None:
+                    raise NotFoundError(f"RemoteEndpoint {namespace}/{name} was deleted") from None
+                rep = fresh
+                self.ids.metrics.retried("RemoteEndpoint", 1)
+        raise AbortedError(f"RemoteEndpoint {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
+
+    async def _node_tunnel(self, namespace: str, name: str, node: str, held: int | None, lb: JSON | None) -> int:
+        """The tunnel ID of (load balancer, client node): the one its status records, else a new one recorded
+        there. `held` is an ID this node had before (IDs are never handed to anyone else, so it may return)."""
+        taken: int | None = None
         try:
             for _ in range(ATTEMPTS):
-                status = RemoteEndpointStatus.model_validate(rep.get("status") or {})
-                if status.tunnel_id is not None:
-                    tunnel_id = status.tunnel_id
-                    break
-                if held is None:
-                    held = await self.ids.allocate()
-                status.tunnel_id = held
-                status.observed_generation = meta.get("generation")
-                status.set_condition("Ready", "True", "TunnelAssigned", f"tunnel ID {held}", meta.get("generation"))
-                rep["status"] = status.to_wire()
+                lb = lb or await self.kube.get(LoadBalancer, namespace, name)
+                if lb is None:
+                    raise NotFoundError(f"load balancer {name!r} was deleted")
+                if lb["metadata"].get("deletionTimestamp"):
+                    raise FailedPreconditionError(f"load_balancer: {name!r} is being deleted")
+                existing = (entries(lb).get(node) or {}).get("tunnel-id")
+                if existing is not None:
+                    return int(existing)
+                if held is None and taken is None:
+                    taken = await self.ids.allocate()
+                tunnel_id = held if held is not None else taken
+                assert tunnel_id is not None
+                gue = await self.epic_endpoint(lb)
+                entry = GUETunnelEndpoint(epic_address=gue.epic_address, epic_port=gue.epic_port, tunnel_id=tunnel_id)
+                lb.setdefault("status", {})[TUNNELS] = entries(lb) | {node: entry.to_wire()}
                 try:
-                    rep = await self.kube.replace_status(RemoteEndpoint, rep)
+                    await self.kube.replace_status(LoadBalancer, lb)
                 except client.ApiException as error:
                     if is_not_found(error):
-                        raise NotFoundError(f"RemoteEndpoint {namespace}/{name} was deleted") from None
+                        raise NotFoundError(f"load balancer {name!r} was deleted") from None
                     if not is_conflict(error):
                         raise
-                    self.ids.metrics.conflict("RemoteEndpoint")
-                    fresh = await self.kube.get(RemoteEndpoint, namespace, name)
-                    if fresh is None:
-                        raise NotFoundError(f"RemoteEndpoint {namespace}/{name} was deleted") from None
-                    rep = fresh
-                    self.ids.metrics.retried("RemoteEndpoint", 1)
+                    self.ids.metrics.conflict("LoadBalancer")
+                    self.ids.metrics.retried("LoadBalancer", 1)
+                    lb = None
                     continue
-                tunnel_id, held = held, None
-                break
+                if tunnel_id == taken:
+                    taken = None
+                where = {"namespace": namespace, "load_balancer": name}
+                log.info("tunnel ID %s for node %s", tunnel_id, node, extra=where)
+                return tunnel_id
         finally:
-            if held is not None:
-                self.ids.give_back(held)
-        if tunnel_id is None:
-            raise AbortedError(f"RemoteEndpoint {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
-        await self._record(namespace, spec, tunnel_id, lb)
-        return rep, tunnel_id
+            if taken is not None:
+                self.ids.give_back(taken)
+        raise AbortedError(f"load balancer {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
 
-    async def _record(self, namespace: str, spec: RemoteEndpointSpec, tunnel_id: int, lb: JSON | None) -> None:
-        gue = await self.gue_endpoint()
-        entry = GUETunnelEndpoint(epic_address=gue.epic_address, epic_port=gue.epic_port, tunnel_id=tunnel_id).to_wire()
-        address = str(spec.address)
-        if lb is not None and ((lb.get("status") or {}).get(TUNNELS) or {}).get(address) == entry:
-            return
-        try:
-            await self.kube.merge_status(LoadBalancer, namespace, spec.load_balancer, {TUNNELS: {address: entry}})
-        except client.ApiException as error:
-            if is_not_found(error):
-                raise NotFoundError(f"load balancer {spec.load_balancer!r} was deleted") from None
-            raise
-
-    async def forget(self, rep: JSON) -> bool:
-        """Remove a gone RemoteEndpoint's entry from its load balancer's status, if the entry is still its own."""
+    async def forget(self, rep: JSON) -> int | None:
+        """A RemoteEndpoint went: release its node's tunnel if no other endpoint of the node is left; the ID
+        released. Endpoints of the node that arrived meanwhile get their tunnel again."""
+        node = node_of(rep)
         tunnel_id = (rep.get("status") or {}).get("tunnel-id")
-        if tunnel_id is None:
-            return False
-        address = str(rep["spec"]["address"])
-        path = pointer("status", TUNNELS, address)
+        if node is None or tunnel_id is None:
+            return None
+        namespace, lb_name = rep["metadata"]["namespace"], rep["spec"]["load-balancer"]
+        if await self._endpoints_on(namespace, lb_name, node):
+            return None
+        path = pointer("status", TUNNELS, node)
         operations = [{"op": "test", "path": f"{path}/tunnel-id", "value": tunnel_id}, {"op": "remove", "path": path}]
-        namespace = rep["metadata"]["namespace"]
-        released = await self.kube.json_patch_status(LoadBalancer, namespace, rep["spec"]["load-balancer"], operations)
-        if released:
-            log.info("released tunnel ID %s of %s", tunnel_id, address, extra={"namespace": namespace})
-        return released
+        if not await self.kube.json_patch_status(LoadBalancer, namespace, lb_name, operations):
+            return None
+        log.info("released tunnel ID %s of node %s", tunnel_id, node, extra={"namespace": namespace})
+        for late in await self._endpoints_on(namespace, lb_name, node):
+            await self.ensure_tunnel(late)
+        return int(tunnel_id)
+
+    async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
+        return [
+            r
+            for r in await self.kube.list_objects(RemoteEndpoint, namespace)
+            if node_of(r) == node
+            and r["spec"].get("load-balancer") == lb_name
+            and not r["metadata"].get("deletionTimestamp")
+        ]
 
     async def prune(self, lb: JSON, reps: list[JSON]) -> list[str]:
-        """Remove status entries of the load balancer that no RemoteEndpoint holds any more; their addresses."""
-        held = {
-            (str(r["spec"]["address"]), (r.get("status") or {}).get("tunnel-id"))
-            for r in reps
-            if r["spec"].get("load-balancer") == lb["metadata"]["name"]
-        }
+        """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes."""
+        nodes = {node_of(r) for r in reps if r["spec"].get("load-balancer") == lb["metadata"]["name"]}
         pruned = []
-        for address, entry in ((lb.get("status") or {}).get(TUNNELS) or {}).items():
-            if (address, entry.get("tunnel-id")) in held:
+        for node, entry in entries(lb).items():
+            if node in nodes:
                 continue
-            path = pointer("status", TUNNELS, address)
+            path = pointer("status", TUNNELS, node)
             operations = [
                 {"op": "test", "path": f"{path}/tunnel-id", "value": entry.get("tunnel-id")},
                 {"op": "remove", "path": path},
@@ -173,8 +300,23 @@ class Registry:
             if await self.kube.json_patch_status(
                 LoadBalancer, lb["metadata"]["namespace"], lb["metadata"]["name"], operations
             ):
-                pruned.append(address)
+                pruned.append(node)
         return pruned
+
+    async def refresh_epic_address(self, lb: JSON) -> None:
+        """Move the load balancer's tunnel entries to the node that runs its Envoy pod now."""
+        gue = await self.epic_endpoint(lb)
+        wanted = {"epic-address": str(gue.epic_address), "epic-port": gue.epic_port.to_wire()}
+        operations = [
+            {"op": "replace", "path": pointer("status", TUNNELS, node, key), "value": value}
+            for node, entry in entries(lb).items()
+            for key, value in wanted.items()
+            if entry.get(key) != value
+        ]
+        if operations:
+            await self.kube.json_patch_status(
+                LoadBalancer, lb["metadata"]["namespace"], lb["metadata"]["name"], operations
+            )
 
     async def _load_balancer(self, account: str, name: str) -> JSON:
         namespace = account_namespace(account)
@@ -186,33 +328,23 @@ class Registry:
         raise NotFoundError(f"load_balancer: no load balancer {name!r} in account {account!r}")
 
     async def register(
-        self,
-        account: str,
-        load_balancer: str,
-        address: str,
-        port: int,
-        protocol: str = "TCP",
-        app_protocol: str = "",
-        node_address: str = "",
+        self, account: str, load_balancer: str, address: str, endpoint_port: Endpoint, node_address: str = ""
     ) -> tuple[Tunnel, bool]:
-        """Register an endpoint (idempotent); its tunnel, and whether this call created the registration."""
+        """Register an endpoint; its tunnel, and whether this call created the registration. Registering the same
+        (address, port, protocol) with the same spec again returns the same registration; with another spec, it
+        is refused."""
         allocation.validate_name("account", account)
         allocation.validate_name("load_balancer", load_balancer)
         endpoint = allocation.validate_address("address", address)
         node = allocation.validate_address("node_address", node_address, required=False)
-        port, protocol = allocation.validate_port("port", port, protocol)
+        port = endpoint_port.validated()
         assert endpoint is not None
         lb = await self._load_balancer(account, load_balancer)
         if lb["metadata"].get("deletionTimestamp"):
             raise FailedPreconditionError(f"load_balancer: {load_balancer!r} is being deleted")
         namespace = lb["metadata"]["namespace"]
-        name = allocation.remote_endpoint_name(load_balancer, endpoint)
-        spec = RemoteEndpointSpec(
-            load_balancer=load_balancer,
-            address=endpoint,
-            port=ServicePort(port=port, protocol=protocol, app_protocol=app_protocol or None),
-            node_address=node,
-        )
+        name = allocation.remote_endpoint_name(load_balancer, endpoint, port.port, port.protocol)
+        spec = RemoteEndpointSpec(load_balancer=load_balancer, address=endpoint, port=port, node_address=node)
         body = RemoteEndpoint.new(
             name,
             spec,
@@ -227,7 +359,6 @@ class Registry:
             self.in_flight.discard((namespace, name))
 
     async def _register(self, namespace: str, name: str, body: JSON, lb: JSON) -> tuple[Tunnel, bool]:
-        endpoint = body["spec"]["address"]
         created = True
         try:
             rep = await self.kube.create(RemoteEndpoint, namespace, body)
@@ -237,27 +368,36 @@ class Registry:
             created = False
             existing = await self.kube.get(RemoteEndpoint, namespace, name)
             if existing is None or existing["metadata"].get("deletionTimestamp"):
-                raise AbortedError(f"the registration of {endpoint} is being removed; try again") from None
+                raise AbortedError(f"the registration {name} is being removed; try again") from None
+            if existing["spec"] != body["spec"]:
+                raise AlreadyExistsError(
+                    f"{describe(body['spec'])} is registered already as RemoteEndpoint {name} with "
+                    f"{different(existing['spec'], body['spec'])}; unregister it first to change it"
+                ) from None
             rep = existing
-            if rep["spec"] != body["spec"]:
-                rep = await self.kube.patch(RemoteEndpoint, namespace, name, {"spec": body["spec"]})
-        rep, tunnel_id = await self.ensure_tunnel(rep, lb)
-        return self._tunnel(rep, tunnel_id, await self.gue_endpoint()), created
+        rep, _ = await self.ensure_tunnel(rep, lb)
+        return self._tunnel(rep, await self._epic_of(rep)), created
 
-    async def unregister(self, account: str, load_balancer: str, address: str) -> bool:
+    async def unregister(self, account: str, load_balancer: str, address: str, port: Endpoint | None) -> int:
+        """Remove the registration of `address:port/protocol`, or of every port of `address` when `port` is None;
+        how many were removed."""
         allocation.validate_name("account", account)
         allocation.validate_name("load_balancer", load_balancer)
         endpoint = allocation.validate_address("address", address)
-        assert endpoint is not None
+        wanted = None if port is None else allocation.validate_port("port", port.port, port.protocol)
         namespace = account_namespace(account)
-        name = allocation.remote_endpoint_name(load_balancer, endpoint)
-        rep = await self.kube.get(RemoteEndpoint, namespace, name)
-        if rep is None:
+        found = [
+            rep
+            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
+            if identity(rep["spec"])[:2] == (load_balancer, endpoint) and wanted in (None, identity(rep["spec"])[2:])
+        ]
+        if not found:
             await self._load_balancer(account, load_balancer)
-            return False
-        deleted = await self.kube.delete(RemoteEndpoint, namespace, name)
-        await self.forget(rep)
-        return deleted
+        removed = 0
+        for rep in found:
+            removed += await self.kube.delete(RemoteEndpoint, namespace, rep["metadata"]["name"])
+            await self.forget(rep)
+        return removed
 
     async def load_balancer(self, account: str, name: str) -> tuple[JSON, list[Tunnel]]:
         allocation.validate_name("account", account)
@@ -266,27 +406,74 @@ class Registry:
         return lb, await self.tunnels(account, name)
 
     async def tunnels(self, account: str = "", load_balancer: str = "") -> list[Tunnel]:
-        """Every tunnel the RemoteEndpoints hold, of an account (or one of its load balancers) or of all."""
+        """Every accepted endpoint with its tunnel, of an account (or one of its load balancers) or of all."""
         if load_balancer and not account:
             raise InvalidArgumentError("account: required when load_balancer is given")
         namespace = account_namespace(allocation.validate_name("account", account)) if account else None
-        reps = await self.kube.list_objects(RemoteEndpoint, namespace)
+        reps = [
+            rep
+            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
+            if not load_balancer or rep["spec"].get("load-balancer") == load_balancer
+        ]
+        lbs = {
+            (lb["metadata"]["namespace"], lb["metadata"]["name"]): lb
+            for lb in await self.kube.list_objects(LoadBalancer, namespace)
+        }
         gue = await self.gue_endpoint()
         tunnels = []
         for rep in reps:
-            tunnel_id = (rep.get("status") or {}).get("tunnel-id")
-            if tunnel_id is not None and (not load_balancer or rep["spec"]["load-balancer"] == load_balancer):
-                tunnels.append(self._tunnel(rep, int(tunnel_id), gue))
-        return sorted(tunnels, key=lambda t: (t.account, t.load_balancer, t.tunnel_id))
+            if condition_status(rep, "Ready") != "True":
+                continue
+            lb = lbs.get((rep["metadata"]["namespace"], rep["spec"]["load-balancer"]))
+            entry = entries(lb or {}).get(node_of(rep) or "")
+            tunnels.append(self._tunnel(rep, GUETunnelEndpoint.model_validate(entry) if entry else gue))
+        return sorted(tunnels, key=lambda t: (t.account, t.load_balancer, t.tunnel_id or 0, t.address, t.port.port))
+
+    async def _epic_of(self, rep: JSON) -> GUEEndpoint:
+        lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
+        entry = entries(lb or {}).get(node_of(rep) or "")
+        return GUETunnelEndpoint.model_validate(entry) if entry else await self.gue_endpoint()
 
     @staticmethod
-    def _tunnel(rep: JSON, tunnel_id: int, gue: GUEEndpoint) -> Tunnel:
+    def _tunnel(rep: JSON, epic: GUEEndpoint) -> Tunnel:
         meta: dict[str, Any] = rep["metadata"]
+        spec = RemoteEndpointSpec.model_validate(rep["spec"])
         return Tunnel(
             account=account_of(meta["namespace"]),
-            load_balancer=rep["spec"]["load-balancer"],
-            address=str(rep["spec"]["address"]),
-            tunnel_id=tunnel_id,
-            epic=gue,
+            load_balancer=spec.load_balancer,
+            address=str(spec.address),
+            port=spec.port,
+            node_address=node_of(rep),
+            tunnel_id=(rep.get("status") or {}).get("tunnel-id"),
+            epic=epic,
             remote_endpoint=meta["name"],
         )
+
+
+def _is_ready(rep: JSON) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (rep.get("status") or {}).get("conditions") or []
+    )
+
+
+def describe(spec: JSON) -> str:
+    _, address, port, protocol = identity(spec)
+    return f"endpoint {address}:{port}/{protocol}"
+
+
+def different(existing: JSON, wanted: JSON) -> str:
+    """The fields in which an existing registration differs from the one asked for."""
+    have, want = _flat(existing), _flat(wanted)
+    keys = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+    return ", ".join(f"{key} {have.get(key)!r} (not {want.get(key)!r})" for key in keys)
+
+
+def _flat(spec: JSON, prefix: str = "") -> JSON:
+    flat: JSON = {}
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

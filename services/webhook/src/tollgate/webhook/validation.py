@@ -12,9 +12,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tollgate.models import (
     EPIC,
@@ -29,11 +29,12 @@ from tollgate.models import (
     RoutedIP,
     VirtualService,
 )
-from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, account_namespace
+from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, RemoteEndpointSpec, account_namespace
 from tollgate.models.routedip import parse_port_range
 from tollgate.webhook.kinds import Model
 
 JSONObject = Mapping[str, Any]
+SpecModel = TypeVar("SpecModel", bound=BaseModel)
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -151,6 +152,17 @@ def _routed_ip_key(obj: JSONObject) -> list[Hashable]:
         return [value]
 
 
+def _endpoint_identity(obj: JSONObject) -> list[Hashable]:
+    """(namespace, load balancer, address, port, protocol): what makes a RemoteEndpoint itself."""
+    spec = _spec(obj)
+    port = spec.get("port")
+    port = port if isinstance(port, Mapping) else {}
+    fields = (spec.get("load-balancer"), spec.get("address"), port.get("port"), port.get("protocol", "TCP"))
+    if not all(isinstance(value, str | int) for value in fields):
+        return []
+    return [(_metadata(obj).get("namespace"), *fields)]
+
+
 IndexFunc = Callable[[JSONObject], Iterable[Hashable]]
 
 INDEXES: dict[Model, dict[str, IndexFunc]] = {
@@ -163,6 +175,7 @@ INDEXES: dict[Model, dict[str, IndexFunc]] = {
         "port-label-value": _port_label_values,
     },
     LBServiceGroup: {},
+    RemoteEndpoint: {"identity": _endpoint_identity},
     ClusterRoutedIPClass: {"className": _scalar("className")},
     RoutedIP: {"routedIP": _routed_ip_key},
 }
@@ -431,10 +444,47 @@ def _goop(resource: Goop, review: Review) -> Iterator[Violation]:
     yield from _label_violations(spec.node_selector, "spec.nodeSelector")
 
 
+def _parsed(model: type[SpecModel], spec: JSONObject | None) -> SpecModel | None:
+    """A stored spec as its model reads it; None when there is none or it no longer parses."""
+    if spec is None:
+        return None
+    try:
+        return model.model_validate(spec)
+    except ValidationError:
+        return None
+
+
+def _endpoint_identity_fields(spec: RemoteEndpointSpec) -> dict[str, object]:
+    return {
+        "spec.load-balancer": spec.load_balancer,
+        "spec.address": str(spec.address),
+        "spec.port.port": spec.port.port,
+        "spec.port.protocol": spec.port.protocol,
+    }
+
+
 def _remote_endpoint(resource: RemoteEndpoint, review: Review) -> Iterator[Violation]:
-    yield from _unicast(resource.spec.address, "spec.address")
-    if resource.spec.node_address is not None:
-        yield from _unicast(resource.spec.node_address, "spec.node-address")
+    spec = resource.spec
+    yield from _unicast(spec.address, "spec.address")
+    if spec.node_address is not None:
+        yield from _unicast(spec.node_address, "spec.node-address")
+    old = _parsed(RemoteEndpointSpec, review.old_spec)
+    if old is not None:
+        before = _endpoint_identity_fields(old)
+        for field, now in _endpoint_identity_fields(spec).items():
+            if before[field] != now:
+                yield Violation(
+                    field, f"is immutable: it is part of the endpoint's identity (was {before[field]}, now {now}); "
+                    "register a new endpoint instead"
+                )  # fmt: skip
+    key = (review.namespace, spec.load_balancer, str(spec.address), spec.port.port, spec.port.protocol)
+    for other in review.others(RemoteEndpoint, "identity", key):
+        yield Violation(
+            "spec",
+            f"endpoint {spec.address}:{spec.port.port}/{spec.port.protocol} of load balancer {spec.load_balancer!r} "
+            f"is registered already as RemoteEndpoint {_metadata(other).get('name')}: one RemoteEndpoint per "
+            "address, port and protocol",
+        )
 
 
 def _none(resource: Any, review: Review) -> Iterator[Violation]:

@@ -29,12 +29,14 @@ class AllocatorClient:
         protocol: str = "TCP",
         node_address: str = "",
         timeout: float = 30,
+        port_name: str = "",
+        app_protocol: str = "",
     ) -> pb.RegisterEndpointResponse:
         request = pb.RegisterEndpointRequest(
             account=account,
             load_balancer=load_balancer,
             address=address,
-            port=pb.Port(port=port, protocol=protocol),
+            port=pb.Port(port=port, protocol=protocol, name=port_name, app_protocol=app_protocol),
             node_address=node_address,
         )
         response: pb.RegisterEndpointResponse = await self.stub.RegisterEndpoint(
@@ -42,8 +44,16 @@ class AllocatorClient:
         )
         return response
 
-    async def unregister(self, account: str, load_balancer: str, address: str) -> pb.UnregisterEndpointResponse:
-        request = pb.UnregisterEndpointRequest(account=account, load_balancer=load_balancer, address=address)
+    async def unregister(
+        self, account: str, load_balancer: str, address: str, port: int = 0, protocol: str = "TCP"
+    ) -> pb.UnregisterEndpointResponse:
+        """Unregister `address:port/protocol`; with port 0, every port of `address`."""
+        request = pb.UnregisterEndpointRequest(
+            account=account,
+            load_balancer=load_balancer,
+            address=address,
+            port=pb.Port(port=port, protocol=protocol) if port else None,
+        )
         response: pb.UnregisterEndpointResponse = await self.stub.UnregisterEndpoint(
             request, metadata=self.metadata, timeout=30
         )

@@ -15,7 +15,15 @@ from opentelemetry import trace
 from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
 from tollgate.allocator.grpc._generated import allocator_pb2 as pb
 from tollgate.allocator.grpc._generated import allocator_pb2_grpc as pb_grpc
-from tollgate.allocator.registry import AbortedError, FailedPreconditionError, NotFoundError, Registry, Tunnel
+from tollgate.allocator.registry import (
+    AbortedError,
+    AlreadyExistsError,
+    Endpoint,
+    FailedPreconditionError,
+    NotFoundError,
+    Registry,
+    Tunnel,
+)
 from tollgate.models.epic import LoadBalancerSpec, LoadBalancerStatus, ServicePort
 from tollgate.runtime.optimistic import OptimisticUpdateError
 
@@ -27,6 +35,7 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (AbortedError, grpc.StatusCode.ABORTED),
     (OptimisticUpdateError, grpc.StatusCode.ABORTED),
     (ExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -47,7 +56,7 @@ class Token:
 
 
 def port_message(port: ServicePort) -> pb.Port:
-    return pb.Port(port=port.port, protocol=port.protocol, app_protocol=port.app_protocol or "")
+    return pb.Port(port=port.port, protocol=port.protocol, app_protocol=port.app_protocol or "", name=port.name or "")
 
 
 def tunnel_message(tunnel: Tunnel) -> pb.Tunnel:
@@ -55,7 +64,9 @@ def tunnel_message(tunnel: Tunnel) -> pb.Tunnel:
         account=tunnel.account,
         load_balancer=tunnel.load_balancer,
         endpoint_address=tunnel.address,
-        tunnel_id=tunnel.tunnel_id,
+        endpoint_port=port_message(tunnel.port),
+        node_address=tunnel.node_address or "",
+        tunnel_id=tunnel.tunnel_id or 0,
         epic_address=str(tunnel.epic.epic_address),
         epic_port=port_message(tunnel.epic.epic_port),
         remote_endpoint=tunnel.remote_endpoint,
@@ -105,9 +116,7 @@ class AllocatorService(pb_grpc.AllocatorServicer):
                 request.account,
                 request.load_balancer,
                 request.address,
-                request.port.port,
-                request.port.protocol,
-                request.port.app_protocol,
+                Endpoint(request.port.port, request.port.protocol, request.port.name, request.port.app_protocol),
                 request.node_address,
             )
             return pb.RegisterEndpointResponse(tunnel=tunnel_message(tunnel), created=created)
@@ -119,8 +128,9 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         self, request: pb.UnregisterEndpointRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.UnregisterEndpointResponse:
         async def work() -> pb.UnregisterEndpointResponse:
-            deleted = await self.registry.unregister(request.account, request.load_balancer, request.address)
-            return pb.UnregisterEndpointResponse(deleted=deleted)
+            port = Endpoint(request.port.port, request.port.protocol) if request.HasField("port") else None
+            removed = await self.registry.unregister(request.account, request.load_balancer, request.address, port)
+            return pb.UnregisterEndpointResponse(deleted=removed > 0, removed=removed)
 
         attributes = {"account": request.account, "load_balancer": request.load_balancer, "address": request.address}
         return await self._serve("UnregisterEndpoint", context, attributes, work)

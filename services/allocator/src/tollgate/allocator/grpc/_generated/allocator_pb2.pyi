@@ -7,20 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Port(_message.Message):
-    __slots__ = ("port", "protocol", "app_protocol")
+    __slots__ = ("port", "protocol", "app_protocol", "name")
     PORT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     APP_PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     port: int
     protocol: str
     app_protocol: str
-    def __init__(self, port: _Optional[int] = ..., protocol: _Optional[str] = ..., app_protocol: _Optional[str] = ...) -> None: ...
+    name: str
+    def __init__(self, port: _Optional[int] = ..., protocol: _Optional[str] = ..., app_protocol: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Tunnel(_message.Message):
-    __slots__ = ("account", "load_balancer", "endpoint_address", "tunnel_id", "epic_address", "epic_port", "remote_endpoint")
+    __slots__ = ("account", "load_balancer", "endpoint_address", "endpoint_port", "node_address", "tunnel_id", "epic_address", "epic_port", "remote_endpoint")
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     LOAD_BALANCER_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_PORT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TUNNEL_ID_FIELD_NUMBER: _ClassVar[int]
     EPIC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     EPIC_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -28,11 +32,13 @@ class Tunnel(_message.Message):
     account: str
     load_balancer: str
     endpoint_address: str
+    endpoint_port: Port
+    node_address: str
     tunnel_id: int
     epic_address: str
     epic_port: Port
     remote_endpoint: str
-    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., endpoint_address: _Optional[str] = ..., tunnel_id: _Optional[int] = ..., epic_address: _Optional[str] = ..., epic_port: _Optional[_Union[Port, _Mapping]] = ..., remote_endpoint: _Optional[str] = ...) -> None: ...
+    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., endpoint_address: _Optional[str] = ..., endpoint_port: _Optional[_Union[Port, _Mapping]] = ..., node_address: _Optional[str] = ..., tunnel_id: _Optional[int] = ..., epic_address: _Optional[str] = ..., epic_port: _Optional[_Union[Port, _Mapping]] = ..., remote_endpoint: _Optional[str] = ...) -> None: ...
 
 class RegisterEndpointRequest(_message.Message):
     __slots__ = ("account", "load_balancer", "address", "port", "node_address")
@@ -57,20 +63,24 @@ class RegisterEndpointResponse(_message.Message):
     def __init__(self, tunnel: _Optional[_Union[Tunnel, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class UnregisterEndpointRequest(_message.Message):
-    __slots__ = ("account", "load_balancer", "address")
+    __slots__ = ("account", "load_balancer", "address", "port")
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     LOAD_BALANCER_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
     account: str
     load_balancer: str
     address: str
-    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    port: Port
+    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[_Union[Port, _Mapping]] = ...) -> None: ...
 
 class UnregisterEndpointResponse(_message.Message):
-    __slots__ = ("deleted",)
+    __slots__ = ("deleted", "removed")
     DELETED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
-    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+    removed: int
+    def __init__(self, deleted: _Optional[bool] = ..., removed: _Optional[int] = ...) -> None: ...
 
 class GetLoadBalancerRequest(_message.Message):
     __slots__ = ("account", "name")

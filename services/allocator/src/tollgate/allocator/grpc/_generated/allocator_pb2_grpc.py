@@ -60,8 +60,11 @@ class AllocatorServicer:
     """Missing associated documentation comment in .proto file."""
 
     def RegisterEndpoint(self, request, context):
-        """Register an upstream endpoint of a load balancer and return its tunnel. Idempotent: registering
-        the same address again returns the same tunnel. NOT_FOUND for an unknown account or load
+        """Register an upstream endpoint (address, port, protocol) of a load balancer and return its tunnel:
+        the tunnel of its node (node_address), shared by every endpoint on that node; none (tunnel_id 0)
+        for an endpoint without node_address. Idempotent: registering the same endpoint with the same
+        fields again returns the same registration (created false); with other fields (node address,
+        port name, app protocol) it is ALREADY_EXISTS. NOT_FOUND for an unknown account or load
         balancer, INVALID_ARGUMENT for a bad address or port.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -69,7 +72,8 @@ class AllocatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UnregisterEndpoint(self, request, context):
-        """Remove an endpoint and release its tunnel ID. Unregistering an unknown endpoint is not an error.
+        """Remove an endpoint; its node's tunnel ID is released with the node's last endpoint.
+        Unregistering an unknown endpoint is not an error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
