@@ -507,6 +507,34 @@ def test_a_remote_endpoints_identity_is_immutable(
     assert check(changed, old=old) == [], "the port's name is not part of the identity"
 
 
+def test_a_service_prefix_lives_in_epic_and_its_pool_parses(check: Check, sample: Sample) -> None:
+    assert check(sample("ServicePrefix")) == []
+    assert check(named(sample("ServicePrefix"), "default", "epic-acme")) == [
+        "metadata.namespace: ServicePrefixes live in namespace epic, not epic-acme"
+    ]
+    for pool, rule in (
+        ("192.0.2.20-192.0.2.10", "the range ends before it starts"),
+        ("192.0.2.0/33", "192.0.2.0/33"),
+        ("somewhere", "is neither a CIDR nor a range"),
+        ("198.51.100.0/28", "is not inside subnet 192.0.2.0/24"),
+    ):
+        prefix = sample("ServicePrefix")
+        prefix["spec"]["public-pool"]["pool"] = pool
+        (found,) = check(prefix)
+        assert found.startswith("spec.public-pool: ") and rule in found, found
+
+
+def test_one_object_per_public_address(check: Check, sample: Sample, group: Obj) -> None:
+    other = named(sample("LoadBalancer"), "other", "epic-elsewhere")
+    assert check(sample("LoadBalancer"), group, other) == [
+        "spec.public-address: 192.168.77.2 is the public address of LoadBalancer epic-elsewhere/other already: one "
+        "object per public address"
+    ]
+    moved = named(sample("LoadBalancer"), "other", "epic-elsewhere")
+    moved["spec"]["public-address"] = "192.168.77.3"
+    assert check(sample("LoadBalancer"), group, moved) == []
+
+
 def test_a_wrong_api_version_is_named(sample: Sample, store_with: Callable[..., Any]) -> None:
     goop = sample("Goop")
     goop["apiVersion"] = "goop.example.com/v1"

@@ -3,7 +3,7 @@
 from typing import Any
 
 from tollgate.models.base import Condition, CustomResource, ResourceInfo, Status, WireModel
-from tollgate.models.epic import EPIC, Account, GWProxy, LBServiceGroup, LoadBalancer, RemoteEndpoint
+from tollgate.models.epic import EPIC, Account, GWProxy, LBServiceGroup, LoadBalancer, RemoteEndpoint, ServicePrefix
 from tollgate.models.goop import Goop
 from tollgate.models.routedip import ClusterRoutedIPClass, RoutedIP
 from tollgate.models.servicemesh import VirtualService
@@ -11,6 +11,7 @@ from tollgate.models.servicemesh import VirtualService
 ALL_KINDS: tuple[type[CustomResource[Any, Any]], ...] = (
     EPIC,
     Account,
+    ServicePrefix,
     LBServiceGroup,
     GWProxy,
     LoadBalancer,
@@ -49,6 +50,7 @@ __all__ = [
     "RemoteEndpoint",
     "ResourceInfo",
     "RoutedIP",
+    "ServicePrefix",
     "Status",
     "VirtualService",
     "WireModel",

@@ -15,17 +15,29 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
 
-from tollgate.models.epic import MAX_TUNNEL_ID, EPICStatus, TunnelIDBlock
+from tollgate.models.epic import (
+    MAX_TUNNEL_ID,
+    AddressHolder,
+    AddressPool,
+    EPICStatus,
+    ServicePrefixStatus,
+    TunnelIDBlock,
+)
 
 MAX_SERVICE_ID = 65535
 INITIALIZED = "Initialized"
 
 
 class ExhaustedError(RuntimeError):
-    """No ID is left in the range."""
+    """No ID (or address) is left in the range."""
+
+
+class AddressTakenError(RuntimeError):
+    """The public address asked for is allocated to another object."""
 
 
 def seed_step(status: EPICStatus) -> int:
@@ -175,3 +187,38 @@ def validate_port(field_name: str, port: int, protocol: str) -> tuple[int, str]:
     if protocol not in ("TCP", "UDP", "SCTP"):
         raise InvalidArgumentError(f"{field_name}.protocol: {protocol!r} is not one of TCP, UDP, SCTP")
     return port, protocol
+
+
+def claim_address(
+    status: ServicePrefixStatus, pool: AddressPool, holder: AddressHolder, wanted: IPv4Address | None
+) -> IPv4Address:
+    """The public address of `holder`, recorded in the prefix's `allocations`.
+
+    No address wanted: the one it holds already, else the pool's first free one. An address wanted that is in the
+    pool is claimed unless another object holds it; one outside the pool is the user's own and not recorded. Any
+    other address the holder held is released.
+    """
+    held = [address for address, owner in status.allocations.items() if owner.uid == holder.uid]
+    if wanted is None:
+        if held:
+            return IPv4Address(held[0])
+        wanted = next((a for a in pool.addresses() if str(a) not in status.allocations), None)
+        if wanted is None:
+            raise ExhaustedError(f"every address of pool {pool.pool} is allocated")
+    owner = status.allocations.get(str(wanted))
+    if wanted in pool and owner is not None and owner.uid != holder.uid:
+        raise AddressTakenError(f"{wanted} is allocated to {owner}")
+    for address in held:
+        if address != str(wanted):
+            del status.allocations[address]
+    if wanted in pool:
+        status.allocations[str(wanted)] = holder
+    return wanted
+
+
+def release_addresses(status: ServicePrefixStatus, keep: Callable[[AddressHolder], bool]) -> list[str]:
+    """Drop the allocations whose holder `keep` refuses; those addresses."""
+    gone = [address for address, owner in status.allocations.items() if not keep(owner)]
+    for address in gone:
+        del status.allocations[address]
+    return gone

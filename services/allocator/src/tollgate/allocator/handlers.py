@@ -8,8 +8,17 @@ from typing import Any
 import kopf
 
 from tollgate.allocator.reconcile import Reconciler
-from tollgate.models.epic import LOAD_BALANCER_LABEL, Account, LBServiceGroup, LoadBalancer, RemoteEndpoint
+from tollgate.models.epic import (
+    LOAD_BALANCER_LABEL,
+    Account,
+    LBServiceGroup,
+    LoadBalancer,
+    RemoteEndpoint,
+    ServicePrefix,
+)
 from tollgate.runtime.operator import configure
+
+PREFIX_SWEEP_SECONDS = 60.0
 
 
 def _resource(kind: Any) -> tuple[str, str, str]:
@@ -23,7 +32,9 @@ def _raw(body: kopf.Body) -> dict[str, Any]:
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    account, lb, group, rep = (_resource(k) for k in (Account, LoadBalancer, LBServiceGroup, RemoteEndpoint))
+    account, lb, group, rep, prefix = (
+        _resource(k) for k in (Account, LoadBalancer, LBServiceGroup, RemoteEndpoint, ServicePrefix)
+    )
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -44,6 +55,17 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.update(*lb, registry=registry)
     async def load_balancer_changed(body: kopf.Body, **_: Any) -> None:
         await reconciler.reconcile_load_balancer(_raw(body))
+
+    @kopf.on.event(*lb, registry=registry)
+    async def load_balancer_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            await reconciler.load_balancer_deleted(copy.deepcopy(dict(event["object"])))
+
+    # Addresses of holders deleted while no allocator watched are freed at start and then now and then.
+    @kopf.on.resume(*prefix, registry=registry)
+    @kopf.timer(*prefix, interval=PREFIX_SWEEP_SECONDS, registry=registry)
+    async def prefix_sweep(body: kopf.Body, **_: Any) -> None:
+        await reconciler.prefix_changed(_raw(body))
 
     @kopf.on.create(*group, registry=registry)
     @kopf.on.update(*group, registry=registry)

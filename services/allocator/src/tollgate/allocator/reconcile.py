@@ -11,6 +11,7 @@ import kopf
 from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
+from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
 from tollgate.allocator.registry import DUPLICATE, NotFoundError, Registry, describe, identity, tunnel_recorded
 from tollgate.allocator.tunnels import Metrics
@@ -49,6 +50,7 @@ class Reconciler:
     def __init__(
         self, kube: Kube, registry: Registry, metrics: Metrics, tracer: trace.Tracer, xds_address: str
     ) -> None:
+        self.addresses = PublicAddresses(kube, metrics)
         self.kube = kube
         self.registry = registry
         self.metrics = metrics
@@ -155,6 +157,8 @@ class Reconciler:
             if new_id is not None:
                 lb = await self.kube.patch(LoadBalancer, namespace, name, {"spec": {"service-id": new_id}})
                 await self.kube.event(lb, "ServiceIDAllocated", f"allocated service-id {new_id}")
+            if ok:
+                ok, reason, message, lb = await self._public_address(lb, message)
             proxy_state = (
                 (False, "NotAllocated", "waiting for the service ID") if not ok else await self._proxy(lb, account)
             )
@@ -220,6 +224,45 @@ class Reconciler:
         self.metrics.service_ids.add(1)
         new_id = int(written["status"]["current-service-id"])
         return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
+
+    async def _public_address(self, lb: JSON, allocated: str) -> tuple[bool, str, str, JSON]:
+        """The load balancer's public address from its group's ServicePrefix: kept when it holds one, claimed when
+        given, else the pool's first free one. Without a prefix the address is the user's (or none)."""
+        meta, spec = lb["metadata"], LoadBalancerSpec.model_validate(lb["spec"])
+        group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
+        prefix = LBServiceGroupSpec.model_validate(group_obj["spec"] or {}).service_prefix if group_obj else None
+        if prefix is None:
+            return True, "ServiceIDAllocated", allocated, lb
+        try:
+            address = await self.addresses.claim(prefix, lb, spec.public_address)
+        except PrefixNotFoundError as error:
+            message = (
+                f"spec.service-group: LBServiceGroup {spec.service_group!r} names a prefix that is missing: {error}"
+            )
+            return await self._address_refused(lb, "ServicePrefixNotFound", message)
+        except allocation.AddressTakenError as error:
+            return await self._address_refused(lb, "PublicAddressTaken", f"spec.public-address: {error}")
+        except allocation.ExhaustedError as error:
+            return await self._address_refused(lb, "PublicAddressesExhausted", f"ServicePrefix {prefix}: {error}")
+        if spec.public_address != address:
+            lb = await self.kube.patch(
+                LoadBalancer, meta["namespace"], meta["name"], {"spec": {"public-address": str(address)}}
+            )
+            await self.kube.event(lb, "PublicAddressAllocated", f"public address {address} from ServicePrefix {prefix}")
+        return True, "ServiceIDAllocated", f"{allocated}, public address {address} (ServicePrefix {prefix})", lb
+
+    async def _address_refused(self, lb: JSON, reason: str, message: str) -> tuple[bool, str, str, JSON]:
+        await self.kube.event(lb, reason, message, warning=True)
+        return False, reason, message, lb
+
+    async def load_balancer_deleted(self, lb: JSON) -> None:
+        """Free the deleted load balancer's public address."""
+        for address in await self.addresses.release(lb):
+            log.info("freed public address %s of deleted %s", address, lb["metadata"]["name"])
+
+    async def prefix_changed(self, prefix: JSON) -> None:
+        """Free the addresses of a ServicePrefix whose holders are gone."""
+        await self.addresses.sweep(prefix)
 
     async def _proxy(self, lb: JSON, account: str) -> tuple[bool, str, str]:
         meta, spec = lb["metadata"], LoadBalancerSpec.model_validate(lb["spec"])

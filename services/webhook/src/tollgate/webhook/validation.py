@@ -27,6 +27,7 @@ from tollgate.models import (
     LoadBalancer,
     RemoteEndpoint,
     RoutedIP,
+    ServicePrefix,
     VirtualService,
 )
 from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, RemoteEndpointSpec, account_namespace
@@ -175,6 +176,8 @@ INDEXES: dict[Model, dict[str, IndexFunc]] = {
         "port-label-value": _port_label_values,
     },
     LBServiceGroup: {},
+    LoadBalancer: {"public-address": _scalar("public-address")},
+    GWProxy: {"public-address": _scalar("public-address")},
     RemoteEndpoint: {"identity": _endpoint_identity},
     ClusterRoutedIPClass: {"className": _scalar("className")},
     RoutedIP: {"routedIP": _routed_ip_key},
@@ -256,6 +259,13 @@ def _epic(resource: EPIC, review: Review) -> Iterator[Violation]:
         yield Violation("metadata.name", f"only {SYSTEM_NAMESPACE}/{SINGLETON_NAME} may exist, not {where}")
 
 
+def _service_prefix(resource: ServicePrefix, review: Review) -> Iterator[Violation]:
+    if review.namespace != SYSTEM_NAMESPACE:
+        yield Violation(
+            "metadata.namespace", f"ServicePrefixes live in namespace {SYSTEM_NAMESPACE}, not {review.namespace}"
+        )
+
+
 def _account(resource: Account, review: Review) -> Iterator[Violation]:
     namespace = account_namespace(review.name)
     if len(namespace) > 63:
@@ -276,6 +286,13 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
     spec = resource.spec
     if spec.public_address is not None:
         yield from _unicast(spec.public_address, "spec.public-address")
+        for model in (LoadBalancer, GWProxy):
+            for other in review.others(model, "public-address", str(spec.public_address)):
+                yield Violation(
+                    "spec.public-address",
+                    f"{spec.public_address} is the public address of {model.resource.kind} {reference(other)} "
+                    "already: one object per public address",
+                )
     pairs: dict[tuple[int, str], int] = {}
     node_ports: dict[tuple[int, str], int] = {}
     names: dict[str, int] = {}
@@ -499,6 +516,7 @@ RULES: dict[Model, Rule] = {
     LBServiceGroup: _none,
     LoadBalancer: _proxy,
     GWProxy: _proxy,
+    ServicePrefix: _service_prefix,
     RemoteEndpoint: _remote_endpoint,
     VirtualService: _virtual_service,
     ClusterRoutedIPClass: _routed_ip_class,
