@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
 from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.envoy import static_cluster, tcp_proxy_listener, udp_proxy_listener
-from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
 
 UDP_PORT, TCP_PORT = 5300, 5301
-
-
-@pytest.fixture
-def supervisor(run_service: ServiceFactory, tmp_path: Path) -> ServiceProcess:
-    return run_service(
-        "supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)}
-    )
 
 
 def envoy_pod(name: str, config_map: str) -> dict[str, Any]:

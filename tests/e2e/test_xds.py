@@ -10,32 +10,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
-import random
 import socket
 import struct
-import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import pytest
 import yaml
 from kubernetes import client
 
-from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
 from tollgate.testing.echo import TCPEcho, TCPListener, UDPEcho, tcp_request, udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import eventually
+from tollgate.testing.xds import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    admin,
+    condition,
+    envoy_pod,
+    live_envoy,
+    spare_loopback,
+    start_xds,
+    stats,
+    udp_virtual_service,
+    xds_settings,
+)
 
 pytestmark = pytest.mark.e2e
 
-GROUP, VERSION, PLURAL = "servicemesh.l7mp.io", "v1", "virtualservices"
 SAMPLES = repo_root() / "deploy" / "samples"
 SEED_ADDRESS = "tcp-echo.default.svc"
 
@@ -84,96 +90,15 @@ async def dns_server(records: dict[str, str]) -> AsyncIterator[str]:
         transport.close()
 
 
-def spare_loopback() -> str:
-    """An address outside the pod CIDRs (127.1.0.0/16) for endpoints that are not pods."""
-    return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
-
-
 # --- the services ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Xds:
-    process: ServiceProcess
-    grpc_port: int
-    api_port: int
-
-    def api(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}{path}", timeout=5) as response:
-            return json.load(response)
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.process.health_url}/metrics", timeout=5) as response:
-            return str(response.read().decode())
-
-
-@pytest.fixture
-def supervisor(run_service: ServiceFactory, tmp_path: Path) -> ServiceProcess:
-    return run_service(
-        "supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)}
-    )
 
 
 @pytest.fixture
 def xds_env() -> dict[str, str]:
-    return {
-        "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
-        "TOLLGATE_XDS_GRPC_PORT": str(free_port()),
-        "TOLLGATE_XDS_API_HOST": "127.0.0.1",
-        "TOLLGATE_XDS_API_PORT": str(free_port()),
-        "TOLLGATE_XDS_STATUS_INTERVAL_MS": "200",
-    }
-
-
-def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
-    process = run_service("xds", rbac=True, env=env)
-    return Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+    return xds_settings()
 
 
 # --- pods and Envoys ---------------------------------------------------------------------------------------------
-
-
-def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
-    bootstrap = yaml.safe_dump(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=delta))
-    core.create_namespaced_config_map(
-        namespace,
-        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-bootstrap"), data={"envoy.yaml": bootstrap}),
-    )
-    env = [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {ENVOY_PROXY_LABEL: "true", **labels}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "envoy",
-                    "image": "envoyproxy/envoy:v1.40.0",
-                    "args": ["-c", "/etc/envoy/envoy.yaml", "--service-node", "$(POD_NAME).$(POD_NAMESPACE)"],
-                    "env": env,
-                    "volumeMounts": [{"name": "bootstrap", "mountPath": "/etc/envoy"}],
-                }
-            ],
-            "volumes": [{"name": "bootstrap", "configMap": {"name": f"{name}-bootstrap"}}],
-        },
-    }
-    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
-
-
-async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
-    """The pod IP and Ready message ("pid N") once its Envoy runs."""
-
-    async def probe() -> tuple[str, str] | None:
-        pod = core.read_namespaced_pod(name, namespace)
-        ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None)
-        if ready is not None and ready.reason == "EnvoyLive":
-            return str(pod.status.pod_ip), str(ready.message)
-        return None
-
-    return await eventually(probe, f"the Envoy of pod {namespace}/{name} to be live", timeout=60)
 
 
 async def worker_pod(core: client.CoreV1Api, namespace: str, name: str, labels: dict[str, str]) -> str:
@@ -194,16 +119,6 @@ async def worker_pod(core: client.CoreV1Api, namespace: str, name: str, labels: 
     return await eventually(ready, f"pod {name} to be Ready", timeout=30)
 
 
-async def admin(ip: str, path: str) -> Any:
-    async with aiohttp.ClientSession() as session, session.get(f"http://{ip}:{ADMIN_PORT}{path}") as response:
-        return await response.json(content_type=None)
-
-
-async def stats(ip: str) -> dict[str, int]:
-    data = await admin(ip, "/stats?format=json")
-    return {s["name"]: s["value"] for s in data["stats"] if "name" in s and isinstance(s.get("value"), int)}
-
-
 def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
@@ -212,20 +127,6 @@ def edit_vs(custom: client.CustomObjectsApi, namespace: str, name: str, edit: An
     obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
     edit(obj["spec"])
     custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, obj)
-
-
-async def condition(
-    custom: client.CustomObjectsApi, namespace: str, name: str, type_: str, reason: str
-) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
-        status = obj.get("status") or {}
-        found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
-        if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:
-            return obj
-        return None
-
-    return await eventually(probe, f"{name} to have {type_} with reason {reason}", timeout=30)
 
 
 def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
@@ -411,29 +312,6 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
         assert await live_envoy(core, namespace, "ingress") == (envoy_ip, pid)
 
 
-def udp_vs(name: str, listener: str, port: int, cluster: str, target: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "VirtualService",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": {"app": "edge"},
-            "listeners": [
-                {
-                    "name": listener,
-                    "udp": {
-                        "port": port,
-                        "cluster": {
-                            "name": cluster,
-                            "endpoints": [{"name": "echo", "host": {"address": target}, "port": 1234}],
-                        },
-                    },
-                }
-            ],
-        },
-    }
-
-
 async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_reported(
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
@@ -445,7 +323,7 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
     xds = start_xds(run_service, xds_env)
     target = spare_loopback()
     async with UDPEcho(target, 1234, name="echo"):
-        apply_vs(custom, namespace, udp_vs("first", "edge-l", 3001, "edge-c", target))
+        apply_vs(custom, namespace, udp_virtual_service("first", "edge-l", 3001, "edge-c", target))
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
         envoy_ip, _ = await live_envoy(core, namespace, "edge")
         await eventually(
@@ -479,7 +357,7 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
         await condition(custom, namespace, "first", "Programmed", "Programmed")
         assert await answer(envoy_ip, 3002) == "echo", "the next change retried and Envoy took it"
 
-        apply_vs(custom, namespace, udp_vs("second", "edge-l", 3003, "other-c", target))
+        apply_vs(custom, namespace, udp_virtual_service("second", "edge-l", 3003, "other-c", target))
         second = await condition(custom, namespace, "second", "Conflicted", "NameConflict")
         loser = next(c for c in second["status"]["conditions"] if c["type"] == "Conflicted")["message"]
         assert loser == (

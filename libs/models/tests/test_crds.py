@@ -84,3 +84,11 @@ def test_schema_rejects_an_unknown_service_discovery() -> None:
     bad = copy.deepcopy(SEED_VS)
     bad["spec"]["listeners"][0]["udp"]["cluster"]["service_discovery"] = "dns"
     assert "'dns' is not one of ['strictdns', 'eds']" in rejects(bad)
+
+
+def test_schema_bounds_udp_sessions() -> None:
+    bad = copy.deepcopy(SEED_VS)
+    bad["spec"]["listeners"][0]["udp"]["idle_timeout"] = 10
+    assert "10 is less than the minimum of 1000" in rejects(bad)
+    bad["spec"]["listeners"][0]["udp"].update(idle_timeout=60000, max_sessions=0)
+    assert "0 is less than the minimum of 1" in rejects(bad)

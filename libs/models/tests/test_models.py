@@ -154,3 +154,51 @@ def test_a_public_port_reaches_the_endpoint_ports_of_its_target(
     public: dict[str, object], endpoint: dict[str, object], reached: bool
 ) -> None:
     assert epic.reaches(epic.ServicePort.model_validate(public), epic.ServicePort.model_validate(endpoint)) is reached
+
+
+def test_udp_sessions_default_to_a_gateway_size_on_listeners_and_load_balancers() -> None:
+    vs = VirtualService.model_validate(
+        {
+            "apiVersion": "servicemesh.l7mp.io/v1",
+            "kind": "VirtualService",
+            "spec": {
+                "listeners": [
+                    {
+                        "name": "l",
+                        "udp": {
+                            "port": 53,
+                            "cluster": {
+                                "name": "c",
+                                "endpoints": [{"name": "e", "host": {"address": "a"}, "port": 53}],
+                            },
+                        },
+                    }
+                ]
+            },
+        }
+    )
+    udp = vs.spec.listeners[0].udp
+    assert udp is not None and (udp.max_sessions, udp.idle_timeout) == (65536, 60000)
+    lb = LoadBalancer.model_validate(
+        {"apiVersion": "epic.acnodal.io/v1", "kind": "LoadBalancer", "spec": {"service-group": "g"}}
+    )
+    assert (lb.spec.udp_max_sessions, lb.spec.udp_idle_timeout) == (65536, 60000)
+    assert {"udp-max-sessions": 65536, "udp-idle-timeout": 60000}.items() <= lb.to_wire()["spec"].items()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "rule"),
+    [
+        ("udp-max-sessions", 0, "greater than or equal to 1"),
+        ("udp-max-sessions", 2**20 + 1, "less than or equal to 1048576"),
+        ("udp-idle-timeout", 999, "greater than or equal to 1000"),
+        ("udp-idle-timeout", 86_400_001, "less than or equal to 86400000"),
+    ],
+)
+def test_udp_session_bounds_name_the_field(field: str, value: int, rule: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        LoadBalancer.model_validate(
+            {"apiVersion": "epic.acnodal.io/v1", "kind": "LoadBalancer", "spec": {"service-group": "g", field: value}}
+        )
+    (error,) = caught.value.errors()
+    assert (error["loc"], rule in error["msg"]) == (("spec", field), True)

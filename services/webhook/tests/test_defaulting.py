@@ -51,10 +51,22 @@ def test_values_the_user_wrote_are_kept(sample: Sample, defaults: Defaults) -> N
     )
 
 
-def test_a_port_protocol_defaults_to_tcp(sample: Sample, defaults: Defaults) -> None:
+def test_a_port_protocol_defaults_to_tcp_and_udp_sessions_to_a_gateway_size(sample: Sample, defaults: Defaults) -> None:
     lb = sample("LoadBalancer")
     lb["spec"]["public-ports"] = [{"port": 80, "protocol": "UDP"}, {"port": 443}]
-    assert defaults(LoadBalancer, lb) == [{"op": "add", "path": "/spec/public-ports/1/protocol", "value": "TCP"}]
+    assert defaults(LoadBalancer, lb) == [
+        {"op": "add", "path": "/spec/public-ports/1/protocol", "value": "TCP"},
+        {"op": "add", "path": "/spec/udp-max-sessions", "value": 65536},
+        {"op": "add", "path": "/spec/udp-idle-timeout", "value": 60000},
+    ]
+
+
+def test_a_udp_listener_gets_a_session_limit_and_keeps_its_idle_timeout(sample: Sample, defaults: Defaults) -> None:
+    vs = sample("VirtualService")
+    vs["spec"]["listeners"][0]["udp"]["idle_timeout"] = 5000
+    patched = jsonpatch.apply_patch(vs, defaults(VirtualService, vs))
+    udp = patched["spec"]["listeners"][0]["udp"]
+    assert (udp["max_sessions"], udp["idle_timeout"]) == (65536, 5000)
 
 
 def test_a_health_check_gets_every_value(sample: Sample, defaults: Defaults) -> None:

@@ -191,6 +191,17 @@ def test_every_violation_is_reported_at_once(check: Check, sample: Sample) -> No
     ]
 
 
+def test_a_load_balancer_bounds_its_udp_sessions(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"].update({"udp-max-sessions": 2_000_000, "udp-idle-timeout": 0})
+    assert check(lb, group) == [
+        "spec.udp-max-sessions: Input should be less than or equal to 1048576 (got 2000000)",
+        "spec.udp-idle-timeout: Input should be greater than or equal to 1000 (got 0)",
+    ]
+    lb["spec"].update({"udp-max-sessions": 100, "udp-idle-timeout": 86_400_000})
+    assert check(lb, group) == []
+
+
 def test_a_gateway_proxy_follows_the_load_balancer_rules(check: Check, sample: Sample, group: Obj) -> None:
     proxy = sample("GWProxy")
     assert check(proxy, group) == []
@@ -329,6 +340,40 @@ def test_health_checks_are_tcp_and_500_ms_apart_at_least(check: Check, health_ch
     one = listener("l", 1000)
     one["udp"]["cluster"]["health_check"] = health_check
     assert check(virtual_service("vs", one)) == [f"spec.listeners[0].udp.cluster.health_check.{violation}"]
+
+
+@pytest.mark.parametrize(
+    ("udp", "violation"),
+    [
+        ({"max_sessions": 0}, "max_sessions: Input should be greater than or equal to 1 (got 0)"),
+        ({"max_sessions": 1048577}, "max_sessions: Input should be less than or equal to 1048576 (got 1048577)"),
+        ({"idle_timeout": 999}, "idle_timeout: Input should be greater than or equal to 1000 (got 999)"),
+        (
+            {"idle_timeout": "60s"},
+            'idle_timeout: Input should be a valid integer, unable to parse string as an integer (got "60s")',
+        ),
+    ],
+)
+def test_udp_sessions_are_bounded_and_idle_for_a_second_at_least(check: Check, udp: Obj, violation: str) -> None:
+    one = listener("l", 1000)
+    one["udp"].update(udp)
+    assert check(virtual_service("vs", one)) == [f"spec.listeners[0].udp.{violation}"]
+
+
+def test_udp_session_limits_within_bounds_are_accepted(check: Check) -> None:
+    one = listener("l", 1000)
+    one["udp"].update(max_sessions=1048576, idle_timeout=1000)
+    assert check(virtual_service("vs", one)) == []
+
+
+def test_a_tcp_listener_has_no_udp_sessions(check: Check) -> None:
+    one = listener("l", 1000, "tcp")
+    one["tcp"].update(max_sessions=100, idle_timeout=5000)
+    assert check(virtual_service("vs", one)) == [
+        f"spec.listeners[0].tcp.{name}: applies to udp listeners only (UDP proxy sessions; a tcp listener has "
+        "connections)"
+        for name in ("max_sessions", "idle_timeout")
+    ]
 
 
 def test_a_listener_is_udp_or_tcp(check: Check) -> None:

@@ -81,6 +81,14 @@ def test_virtual_service_sample(sample: Path) -> None:
     check(sample.stem, translate_objects(load(sample) + load(GOLDEN / "context.yaml")))
 
 
+UDP_SESSION_CASES = sorted(GOLDEN.glob("udp-sessions-*.input.yaml"))
+
+
+@pytest.mark.parametrize("case", UDP_SESSION_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
+def test_udp_session_limits(case: Path) -> None:
+    check(case.name.removesuffix(".input.yaml"), translate_objects(load(case)))
+
+
 def test_load_balancer_sample() -> None:
     objects = load(SAMPLES / "seed-loadbalancer.yaml") + load(GOLDEN / "loadbalancer.input.yaml")
     check("loadbalancer", translate_objects(objects))

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from tollgate.models import udp
 from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, opaque
 
 GROUP = "epic.acnodal.io"
@@ -328,7 +329,8 @@ _PROXY_COLUMNS = _columns(
 
 
 class LoadBalancerSpec(ProxySpec):
-    pass
+    udp_max_sessions: int = udp.max_sessions("each UDP public port", "udp-max-sessions")
+    udp_idle_timeout: int = udp.idle_timeout("udp-idle-timeout")
 
 
 class LoadBalancerStatus(ProxyStatus):

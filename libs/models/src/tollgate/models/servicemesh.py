@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from tollgate.models import udp
 from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel
 
 GROUP = "servicemesh.l7mp.io"
@@ -71,11 +72,16 @@ class PortListener(WireModel):
     cluster: Cluster
 
 
+class UdpListener(PortListener):
+    max_sessions: int = udp.max_sessions("this listener")
+    idle_timeout: int = udp.idle_timeout()
+
+
 class Listener(WireModel):
     model_config = {"json_schema_extra": {"oneOf": [{"required": ["udp"]}, {"required": ["tcp"]}]}}
 
     name: str = Field(min_length=1, max_length=253)
-    udp: PortListener | None = None
+    udp: UdpListener | None = None
     tcp: PortListener | None = None
 
     @model_validator(mode="after")

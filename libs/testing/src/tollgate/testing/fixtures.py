@@ -4,6 +4,7 @@
   to run against a cluster you started yourself (`make cluster`, or kind) instead.
 - `namespace`: a fresh namespace per test, deleted afterwards.
 - `run_service`: start a tollgate service as a subprocess; its logs are printed when the test fails.
+- `supervisor`: the Envoy supervisor, so that Envoy pods run real Envoys.
 """
 
 from __future__ import annotations
@@ -107,3 +108,11 @@ def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_pa
     if _failed(request):
         for service in started:
             print(f"\n----- logs of {service.name} ({service.log_path}) -----\n{service.logs()[-20000:]}")
+
+
+@pytest.fixture
+def supervisor(run_service: ServiceFactory, tmp_path: Path) -> ServiceProcess:
+    """The Envoy supervisor: every pod labelled `tollgate.io/envoy-proxy` becomes a real Envoy process."""
+    return run_service(
+        "supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)}
+    )

@@ -32,6 +32,7 @@ from tollgate.models import (
 )
 from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, RemoteEndpointSpec, account_namespace
 from tollgate.models.routedip import parse_port_range
+from tollgate.models.servicemesh import PortListener, UdpListener
 from tollgate.webhook.kinds import Model
 
 JSONObject = Mapping[str, Any]
@@ -537,12 +538,29 @@ def _raw_node_port_range(obj: JSONObject) -> Iterator[Violation]:
             yield Violation("spec.nodePortRange", str(error))
 
 
+UDP_ONLY_FIELDS = tuple(name for name in UdpListener.model_fields if name not in PortListener.model_fields)
+
+
+def _raw_udp_only_fields(obj: JSONObject) -> Iterator[Violation]:
+    listeners = _spec(obj).get("listeners")
+    for index, listener in enumerate(listeners if isinstance(listeners, list) else []):
+        block = listener.get("tcp") if isinstance(listener, Mapping) else None
+        if not isinstance(block, Mapping):
+            continue
+        for name in (name for name in UDP_ONLY_FIELDS if name in block):
+            yield Violation(
+                f"spec.listeners[{index}].tcp.{name}",
+                "applies to udp listeners only (UDP proxy sessions; a tcp listener has connections)",
+            )
+
+
 def _no_raw_checks(obj: JSONObject) -> Iterator[Violation]:
     return iter(())
 
 
 RAW_CHECKS: dict[Model, Callable[[JSONObject], Iterator[Violation]]] = {
     ClusterRoutedIPClass: _raw_node_port_range,
+    VirtualService: _raw_udp_only_fields,
 }
 
 

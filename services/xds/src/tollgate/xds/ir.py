@@ -53,12 +53,23 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class UdpSessions:
+    """The UDP proxy's sessions: at most `max_sessions` at once (the cluster's circuit breaker), each closed after
+    `idle_timeout_ms` without a datagram (the listener's UDP proxy)."""
+
+    max_sessions: int
+    idle_timeout_ms: int
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str
     discovery: Discovery
     endpoints: tuple[Endpoint, ...]
     hash_key: str | None = None
     health_check: HealthCheck | None = None
+    # Set for the cluster behind a UDP listener; like hash_key, it shapes that listener's UDP proxy too.
+    udp: UdpSessions | None = None
 
 
 @dataclass(frozen=True)

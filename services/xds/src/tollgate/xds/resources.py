@@ -101,6 +101,8 @@ def listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
         )
         if unit.cluster.hash_key is not None:
             proxy.hash_policies.add(key=unit.cluster.hash_key)
+        if unit.cluster.udp is not None:
+            proxy.idle_timeout.CopyFrom(_duration(unit.cluster.udp.idle_timeout_ms))
         return listener_pb2.Listener(
             name=unit.name,
             address=_socket(address, unit.port, "UDP"),
@@ -157,6 +159,12 @@ def cluster(model: ir.Cluster, dns: DNS) -> cluster_pb2.Cluster:
             result.typed_dns_resolver_config.CopyFrom(
                 extension_pb2.TypedExtensionConfig(name="envoy.network.dns_resolver.cares", typed_config=_pack(cares))
             )
+    if model.udp is not None:
+        # The UDP proxy counts its sessions against the circuit breaker's max_connections (Envoy's default: 1024);
+        # track_remaining adds the gauge circuit_breakers.default.remaining_cx, the headroom left.
+        result.circuit_breakers.thresholds.add(
+            max_connections=wrappers_pb2.UInt32Value(value=model.udp.max_sessions), track_remaining=True
+        )
     check = model.health_check
     if check is not None:
         # Without a panic threshold of 0, Envoy sends to every endpoint once most of them are unhealthy.

@@ -18,7 +18,7 @@ from typing import Any
 
 from tollgate.models import epic
 from tollgate.models.epic import LoadBalancer, RemoteEndpoint
-from tollgate.models.servicemesh import HealthCheck, VirtualService
+from tollgate.models.servicemesh import HealthCheck, UdpListener, VirtualService
 from tollgate.xds import ir
 
 
@@ -68,6 +68,10 @@ def _health_check(model: HealthCheck | None) -> ir.HealthCheck | None:
         unhealthy_threshold=model.unhealthy_threshold,
         healthy_threshold=model.healthy_threshold,
     )
+
+
+def _udp_sessions(model: UdpListener | None) -> ir.UdpSessions | None:
+    return None if model is None else ir.UdpSessions(model.max_sessions, model.idle_timeout)
 
 
 def _ref(metadata: Mapping[str, Any], kind: ir.SourceKind) -> ir.SourceRef:
@@ -127,6 +131,7 @@ def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
                     endpoints=tuple(endpoints),
                     hash_key=cluster.hash_key,
                     health_check=_health_check(cluster.health_check),
+                    udp=_udp_sessions(listener.udp),
                 ),
             )
         )
@@ -168,6 +173,7 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
     )
     units: list[ir.Listener] = []
     errors: list[str] = []
+    udp = ir.UdpSessions(lb.spec.udp_max_sessions, lb.spec.udp_idle_timeout)
     for index, port in enumerate(lb.spec.public_ports):
         path = f"spec.public-ports[{index}]"
         if port.protocol not in ("TCP", "UDP"):
@@ -188,7 +194,9 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
                 protocol=protocol,
                 port=port.port,
                 path=path,
-                cluster=ir.Cluster(name=name, discovery="EDS", endpoints=upstream),
+                cluster=ir.Cluster(
+                    name=name, discovery="EDS", endpoints=upstream, udp=udp if protocol == "UDP" else None
+                ),
             )
         )
     return ir.Source(

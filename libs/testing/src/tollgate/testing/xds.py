@@ -1,0 +1,157 @@
+"""End-to-end helpers for tollgate-xds: the service as a process, Envoy pods configured over ADS, and what
+a test reads back (VirtualService conditions, Envoy's admin API)."""
+
+from __future__ import annotations
+
+import json
+import random
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import yaml
+from kubernetes import client
+
+from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.wait import eventually
+
+GROUP, VERSION, PLURAL = "servicemesh.l7mp.io", "v1", "virtualservices"
+ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"
+
+
+def spare_loopback() -> str:
+    """An address outside the pod CIDRs (127.1.0.0/16) for endpoints that are not pods."""
+    return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
+
+
+@dataclass
+class Xds:
+    process: ServiceProcess
+    grpc_port: int
+    api_port: int
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}{path}", timeout=5) as response:
+            return json.load(response)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.process.health_url}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+
+def xds_settings() -> dict[str, str]:
+    """The service's settings for a test: loopback ports of its own, status written every 200 ms."""
+    return {
+        "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
+        "TOLLGATE_XDS_GRPC_PORT": str(free_port()),
+        "TOLLGATE_XDS_API_HOST": "127.0.0.1",
+        "TOLLGATE_XDS_API_PORT": str(free_port()),
+        "TOLLGATE_XDS_STATUS_INTERVAL_MS": "200",
+    }
+
+
+def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
+    process = run_service("xds", rbac=True, env=env)
+    return Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+
+
+def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
+    """An Envoy pod (run by tollgate.testing.supervisor) whose bootstrap points at `xds` over ADS."""
+    bootstrap = yaml.safe_dump(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=delta))
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-bootstrap"), data={"envoy.yaml": bootstrap}),
+    )
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {ENVOY_PROXY_LABEL: "true", **labels}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "envoy",
+                    "image": ENVOY_IMAGE,
+                    "args": ["-c", "/etc/envoy/envoy.yaml", "--service-node", "$(POD_NAME).$(POD_NAMESPACE)"],
+                    "env": env,
+                    "volumeMounts": [{"name": "bootstrap", "mountPath": "/etc/envoy"}],
+                }
+            ],
+            "volumes": [{"name": "bootstrap", "configMap": {"name": f"{name}-bootstrap"}}],
+        },
+    }
+    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
+
+
+async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
+    """The pod IP and Ready message ("pid N") once its Envoy runs."""
+
+    async def probe() -> tuple[str, str] | None:
+        status = core.read_namespaced_pod(name, namespace).status
+        ready = next((c for c in (status and status.conditions) or [] if c.type == "Ready"), None)
+        if status is not None and ready is not None and ready.reason == "EnvoyLive":
+            return str(status.pod_ip), str(ready.message)
+        return None
+
+    return await eventually(probe, f"the Envoy of pod {namespace}/{name} to be live", timeout=60)
+
+
+async def admin(ip: str, path: str) -> Any:
+    """GET `path` of the admin API of the Envoy pod at `ip`, as JSON."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://{ip}:{ADMIN_PORT}{path}") as response:
+        return await response.json(content_type=None)
+
+
+async def stats(ip: str) -> dict[str, int]:
+    """Counters and gauges of the Envoy pod at `ip`, by name."""
+    data = await admin(ip, "/stats?format=json")
+    return {s["name"]: s["value"] for s in data["stats"] if "name" in s and isinstance(s.get("value"), int)}
+
+
+async def condition(
+    custom: client.CustomObjectsApi, namespace: str, name: str, type_: str, reason: str
+) -> dict[str, Any]:
+    """The VirtualService once its condition `type_` has `reason` for its latest generation."""
+
+    async def probe() -> dict[str, Any] | None:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+        status = obj.get("status") or {}
+        found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+        if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:
+            return obj
+        return None
+
+    return await eventually(probe, f"{name} to have {type_} with reason {reason}", timeout=30)
+
+
+def udp_virtual_service(name: str, listener: str, port: int, cluster: str, target: str, **udp: int) -> dict[str, Any]:
+    """A VirtualService for the Envoys labelled app=edge: one udp listener (with `udp` settings such as
+    max_sessions) forwarding to the UDP echo at target:1234."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "VirtualService",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"app": "edge"},
+            "listeners": [
+                {
+                    "name": listener,
+                    "udp": {
+                        "port": port,
+                        "cluster": {
+                            "name": cluster,
+                            "endpoints": [{"name": "echo", "host": {"address": target}, "port": 1234}],
+                        },
+                        **udp,
+                    },
+                }
+            ],
+        },
+    }
