@@ -31,6 +31,7 @@ from tollgate.testing.wait import eventually, wait_for
 SERVICES = ["webhook", "allocator", "xds", "routedip", "jobs"]
 ROOT = repo_root()
 UPSTREAM = "127.77.0.10"  # a simulated remote client node's endpoint
+PUBLIC_ADDRESS = "127.80.250.20"  # the load balancer's: its Envoy binds it, and it is on this machine
 
 
 @dataclass
@@ -166,7 +167,7 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
     lb = copy.deepcopy(lb)
     lb["metadata"] = {"name": "charts-lb", "namespace": "epic-root"}
     lb["spec"] = {
-        "public-address": "192.168.77.20",
+        "public-address": PUBLIC_ADDRESS,
         "public-ports": [{"port": 5060, "protocol": "UDP"}],
         "service-group": "sample",
     }
@@ -197,8 +198,8 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
 
         envoy_ip = await eventually(live_envoy_ip, "the chart allocator's Envoy pod to run a live Envoy", timeout=120)
         reply = await eventually(
-            lambda: udp_request(envoy_ip, 5060, b"through the charts", timeout=1),
-            f"a datagram through the Envoy at {envoy_ip}:5060, configured by the chart-installed xds",
+            lambda: udp_request(PUBLIC_ADDRESS, 5060, b"through the charts", timeout=1),
+            f"a datagram to {PUBLIC_ADDRESS}:5060 through the Envoy at {envoy_ip}, configured by the charts' xds",
             timeout=120,
             ignore=(TimeoutError, OSError),
         )

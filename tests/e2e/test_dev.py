@@ -38,6 +38,8 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
         assert f"  {service:<10} ready" in summary, summary
     assert "'udp-echo:datagram from make dev'" in summary
     assert "'tcp-echo:stream from make dev'" in summary
+    assert "(ServicePrefix dev) -> Envoy -> 'lb-echo:datagram to a public address'" in summary
+    assert "  LB   127.80.0.1:7003" in summary, "the first address of the dev pool"
     assert "tunnel 1" in summary
     assert len(processes) == 6
     assert [p.process.returncode for p in processes if p.process is not None] == [0] * 6, (

@@ -477,6 +477,7 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
         lb = copy.deepcopy(yaml.safe_load((SAMPLES / "seed-loadbalancer.yaml").read_text()))
         lb["metadata"] = {"name": "sample-acnodal"}
         lb["spec"]["public-ports"].append({"port": 5060, "protocol": "UDP"})
+        public = lb["spec"]["public-address"] = spare_loopback()  # the seed's 192.168.77.2 is not on this machine
         del lb["status"]
         custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "loadbalancers", lb)
         for protocol, port in (("TCP", 8080), ("UDP", 5060)):
@@ -517,15 +518,15 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
         for protocol in ("tcp", "udp"):
             accept_endpoint(custom, namespace, f"sample-acnodal-{protocol}", 7 if protocol == "tcp" else 8)
         reply = await eventually(
-            lambda: tcp_request(proxy_ip, 8888, b"hi"),
-            "TCP through the load balancer",
+            lambda: tcp_request(public, 8888, b"hi"),
+            "TCP through the load balancer's public address",
             timeout=30,
             ignore=(TimeoutError, ConnectionError),
         )
         assert reply == b"upstream:hi"
         reply = await eventually(
-            lambda: udp_request(proxy_ip, 5060, b"dgram", timeout=1),
-            "UDP through the load balancer",
+            lambda: udp_request(public, 5060, b"dgram", timeout=1),
+            "UDP through the load balancer's public address",
             ignore=(TimeoutError,),
         )
         assert reply == b"udp-upstream:dgram"

@@ -7,7 +7,8 @@
 
 It starts the embedded cluster, installs the CRDs, runs the Envoy supervisor and all five services as
 processes (logs in .dev/logs/), registers the webhook, applies the samples, proves the data path with one
-datagram and one TCP connection through a real Envoy to echo servers, and prints a summary.
+datagram and one TCP connection through a real Envoy to echo servers, and one datagram to a load balancer's public
+address (from the ServicePrefix `dev`, pool 127.80.0.0/24), and prints a summary.
 """
 
 from __future__ import annotations
@@ -186,8 +187,30 @@ class DevSystem:
         self.proof = [
             f"  UDP  {pod_ip}:{PROOF_UDP_PORT} -> Envoy -> {udp_reply.decode()!r}",
             f"  TCP  {pod_ip}:{PROOF_TCP_PORT} -> Envoy -> {tcp_reply.decode()!r}",
+            self._prove_public_address(echo),
         ]
         self.say("  data path  proved:\n" + "\n".join(self.proof))
+
+    def _prove_public_address(self, echo: EchoThread) -> str:
+        """One datagram to a load balancer's public address, allocated from the dev ServicePrefix (in 127.0.0.0/8,
+        so that it is on this machine), through the load balancer's Envoy to a simulated remote endpoint."""
+        echo.call(echo.lb_upstream.start())
+        objects = public_address_objects(echo.lb_upstream.port)
+        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+        def address() -> str:
+            jsonpath = "jsonpath={.spec.public-address}"
+            found = self.cluster.kubectl("get", "lb", "dev-public", "-n", "epic-root", "-o", jsonpath, check=False)
+            return found.stdout.strip()
+
+        public = wait_for(address, "the dev-public load balancer to get its public address", timeout=60)
+        reply = wait_for(
+            lambda: echo.call(udp_request(public, PROOF_LB_PORT, b"datagram to a public address", timeout=1)),
+            f"a UDP reply through the load balancer at {public}:{PROOF_LB_PORT}",
+            timeout=120,
+            ignore=(OSError, TimeoutError),
+        )
+        return f"  LB   {public}:{PROOF_LB_PORT} (ServicePrefix {DEV_PREFIX}) -> Envoy -> {reply.decode()!r}"
 
     def stop(self) -> None:
         if "webhook" in self.processes:
@@ -259,7 +282,27 @@ class DevSystem:
 
 
 PROOF_NAMESPACE = "tollgate-dev"
-PROOF_UDP_PORT, PROOF_TCP_PORT = 7001, 7002
+PROOF_UDP_PORT, PROOF_TCP_PORT, PROOF_LB_PORT = 7001, 7002, 7003
+DEV_PREFIX, DEV_POOL = "dev", "127.80.0.0/24"
+LB_UPSTREAM, LB_CLIENT_NODE = "127.77.0.2", "127.77.0.1"  # a simulated remote client node and its endpoint
+
+
+def public_address_objects(upstream_port: int) -> list[dict[str, Any]]:
+    """The dev ServicePrefix, a service group of the root account drawing from it, a load balancer without an
+    address and its endpoint."""
+    epic = {"apiVersion": "epic.acnodal.io/v1"}
+    return [
+        epic | {"kind": "ServicePrefix", "metadata": {"name": DEV_PREFIX, "namespace": "epic"},
+                "spec": {"public-pool": {"pool": DEV_POOL}}},
+        epic | {"kind": "LBServiceGroup", "metadata": {"name": "dev-public", "namespace": "epic-root"},
+                "spec": {"envoy-replica-count": 1, "service-prefix": DEV_PREFIX}},
+        epic | {"kind": "LoadBalancer", "metadata": {"name": "dev-public", "namespace": "epic-root"},
+                "spec": {"service-group": "dev-public",
+                         "public-ports": [{"port": PROOF_LB_PORT, "protocol": "UDP", "targetPort": upstream_port}]}},
+        epic | {"kind": "RemoteEndpoint", "metadata": {"name": "dev-public-upstream", "namespace": "epic-root"},
+                "spec": {"load-balancer": "dev-public", "address": LB_UPSTREAM, "node-address": LB_CLIENT_NODE,
+                         "port": {"port": upstream_port, "protocol": "UDP"}}},
+    ]  # fmt: skip
 
 
 def proof_objects(udp_port: int, tcp_port: int, xds_host: str, xds_port: int) -> list[dict[str, Any]]:
@@ -324,6 +367,7 @@ class EchoThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.udp = UDPEcho("127.0.0.1", name="udp-echo")
         self.tcp = TCPEcho("127.0.0.1", name="tcp-echo")
+        self.lb_upstream = UDPEcho(LB_UPSTREAM, name="lb-echo")
 
     def start(self) -> tuple[int, int]:
         self.thread.start()
@@ -337,6 +381,7 @@ class EchoThread:
     def stop(self) -> None:
         self.call(self.udp.stop())
         self.call(self.tcp.stop())
+        self.call(self.lb_upstream.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 

@@ -19,6 +19,7 @@ from tollgate.models.epic import (
 from tollgate.runtime.operator import configure
 
 PREFIX_SWEEP_SECONDS = 60.0
+ADDRESS_RETRY_SECONDS = 10.0
 
 
 def _resource(kind: Any) -> tuple[str, str, str]:
@@ -54,7 +55,8 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.create(*lb, registry=registry)
     @kopf.on.update(*lb, registry=registry)
     async def load_balancer_changed(body: kopf.Body, **_: Any) -> None:
-        await reconciler.reconcile_load_balancer(_raw(body))
+        if retry := await reconciler.reconcile_load_balancer(_raw(body)):
+            raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
 
     @kopf.on.event(*lb, registry=registry)
     async def load_balancer_event(event: kopf.RawEvent, **_: Any) -> None:

@@ -39,6 +39,8 @@ from tollgate.runtime.optimistic import update_optimistically
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
+# A freed address or a new ServicePrefix is no event of the waiting load balancer: it tries again by itself.
+ADDRESS_RETRY_REASONS = ("PublicAddressesExhausted", "ServicePrefixNotFound")
 STATUS_MODELS: dict[Kind, type[Status]] = {
     Account: AccountStatus,
     LoadBalancer: LoadBalancerStatus,
@@ -145,11 +147,12 @@ class Reconciler:
 
     # load balancers
 
-    async def reconcile_load_balancer(self, lb: JSON) -> None:
+    async def reconcile_load_balancer(self, lb: JSON) -> str | None:
+        """Bring the load balancer and its proxies in line; a message when it must be tried again later."""
         meta = lb["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
         if meta.get("deletionTimestamp"):
-            return
+            return None
         attributes = {"namespace": namespace, "name": name}
         with self.tracer.start_as_current_span("reconcile LoadBalancer", attributes=attributes):
             account = account_of(namespace)
@@ -160,7 +163,9 @@ class Reconciler:
             if ok:
                 ok, reason, message, lb = await self._public_address(lb, message)
             proxy_state = (
-                (False, "NotAllocated", "waiting for the service ID") if not ok else await self._proxy(lb, account)
+                (False, "NotAllocated", f"waiting for Allocated ({reason})")
+                if not ok
+                else await self._proxy(lb, account)
             )
             reps = await self._endpoints_of(namespace, name)
             matched, match_reason, match_message = proxy.endpoint_match(
@@ -182,10 +187,11 @@ class Reconciler:
             before = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.ENDPOINTS_MATCHED)
             written = await self.update_status(LoadBalancer, namespace, name, write)
             if written is None:
-                return
+                return None
             if not matched and (before is None or before.message != match_message):
                 await self.kube.event(written, match_reason, match_message, warning=True)
             await self._adopt_endpoints(written, reps)
+            return message if reason in ADDRESS_RETRY_REASONS else None
 
     async def _service_id(self, lb: JSON, account: str) -> tuple[bool, str, str, int | None]:
         """Whether the load balancer has (or now gets) a valid service ID, the reason and message, and the ID just

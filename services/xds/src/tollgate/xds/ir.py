@@ -80,6 +80,8 @@ class Listener:
     cluster: Cluster
     # Where the unit comes from in its source, for messages: "spec.listeners[0]" or "spec.public-ports[1]".
     path: str = field(default="", compare=False)
+    # The address to listen on instead of the Envoy's own (a load balancer's public address).
+    bind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,15 @@ def _socket(address: str, port: int, protocol: ir.Protocol = "TCP") -> address_p
 
 
 def listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
+    """The unit's listener on `address`, or on the unit's own bind address: with `freebind`, so that Envoy listens
+    on a public address before (or without) it being on the pod's interface."""
+    message = _listener(unit, unit.bind or address)
+    if unit.bind is not None:
+        message.freebind.value = True
+    return message
+
+
+def _listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
     if unit.protocol == "UDP":
         route = route_pb2.Route(cluster=unit.cluster.name)
         proxy = udp_proxy_pb2.UdpProxyConfig(

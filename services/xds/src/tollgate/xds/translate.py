@@ -3,8 +3,9 @@
 - A VirtualService's `selector` picks Envoy pods in its own namespace; `host.selector` picks the Ready pods of
   that namespace whose IPs become endpoints.
 - A LoadBalancer's `public-ports` become listeners on its Envoy proxies (pods labelled with its name and
-  account), each forwarding to the RemoteEndpoints its targetPort reaches (`epic.reaches`: same protocol, and
-  the endpoint port's number or name is the target), once the allocator has made them Ready.
+  account), bound to its `public-address` when it has one, each forwarding to the RemoteEndpoints its
+  targetPort reaches (`epic.reaches`: same protocol, and the endpoint port's number or name is the target),
+  once the allocator has made them Ready.
 - Where sources that apply to one Envoy define the same listener name, cluster name or port, the oldest
   source keeps it and the other's unit is left out; both are told (see `Conflict`).
 """
@@ -194,6 +195,7 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
                 protocol=protocol,
                 port=port.port,
                 path=path,
+                bind=str(lb.spec.public_address) if lb.spec.public_address is not None else None,
                 cluster=ir.Cluster(
                     name=name, discovery="EDS", endpoints=upstream, udp=udp if protocol == "UDP" else None
                 ),
