@@ -233,6 +233,62 @@ def apps(kube: client.ApiClient) -> client.AppsV1Api:
     return client.AppsV1Api(kube)
 
 
+async def test_service_group_settings_reach_the_proxies_and_a_group_in_use_stays(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    apps: client.AppsV1Api,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    resources = {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    group = {"envoy-image": "envoyproxy/envoy:v1.40.0", "envoy-replica-count": 2, "envoy-resources": resources}
+    account = user_account(cluster, group)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("settings", account)))
+
+    def deployment() -> client.V1Deployment | None:
+        try:
+            return apps.read_namespaced_deployment("settings-envoy", namespace)
+        except client.ApiException:
+            return None
+
+    created = wait_for(deployment, "the load balancer's Envoy Deployment", timeout=30)
+    assert created.spec.replicas == 2
+    envoy = created.spec.template.spec.containers[0]
+    assert (envoy.resources.requests, envoy.resources.limits) == (resources["requests"], resources["limits"])
+    assert get(custom, "loadbalancers", namespace, "settings")["spec"]["envoy-replica-count"] == 2, "copied"
+
+    # The image is re-read on every change; the replica count was copied into the load balancer, as in EPIC.
+    patch = {"spec": {"envoy-image": "envoyproxy/envoy:v1.41.0", "envoy-replica-count": 4}}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "lbservicegroups", "web", patch)
+
+    def rolled() -> client.V1Deployment | None:
+        found = deployment()
+        image = found.spec.template.spec.containers[0].image if found else None
+        return found if image == "envoyproxy/envoy:v1.41.0" else None
+
+    assert wait_for(rolled, "the Deployment to take the group's new image", timeout=30).spec.replicas == 2
+
+    cluster.kubectl("delete", "lbservicegroup", "web", "-n", namespace, "--wait=false")
+
+    def held() -> dict[str, Any] | None:
+        state = condition(get(custom, "lbservicegroups", namespace, "web"), "Ready")
+        return state if state and state["reason"] == "InUse" else None
+
+    state = wait_for(held, "the group in use to say why it stays", timeout=30)
+    assert (
+        state["message"] == "in use by LoadBalancer settings: delete them first; the group goes when the last one has"
+    )
+    cluster.kubectl("delete", "loadbalancer", "settings", "-n", namespace)
+
+    def gone() -> bool:
+        found = cluster.kubectl("get", "lbservicegroup", "web", "-n", namespace, check=False)
+        return found.returncode != 0
+
+    wait_for(gone, "the group to go with its last load balancer", timeout=30)
+
+
 async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,
@@ -300,7 +356,7 @@ async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     state = await eventually(blocked, "the account to report what blocks its deletion", timeout=30)
     assert state["status"] == "False"
     assert "LoadBalancer one (example.com/hold)" in state["message"]
-    assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "lbservicegroups")["items"] == []
+    assert "LBServiceGroup web (tollgate.io/finalizer)" in state["message"], "the group waits for its load balancer"
 
     cluster.kubectl("patch", "lb", "one", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from tollgate.allocator import proxy
 from tollgate.models.envoy import ENVOY_PROXY_LABEL, XDS_CLUSTER
@@ -58,6 +60,30 @@ def test_deployment_carries_the_group_image_replicas_labels_and_owner() -> None:
     assert other["spec"]["template"]["metadata"]["annotations"] != template["metadata"]["annotations"], (
         "a changed bootstrap rolls the pods"
     )
+
+
+def test_the_load_balancers_replica_count_wins_and_the_groups_resources_apply() -> None:
+    group = LBServiceGroupSpec.model_validate(
+        {"envoy-replica-count": 3, "envoy-resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "2Gi"}}}
+    )
+    own = LB | {"spec": LB["spec"] | {"envoy-replica-count": 1}}
+    assert proxy.deployment(own, "acme", group, "text")["spec"]["replicas"] == 1
+    container = proxy.deployment(LB, "acme", group, "text")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": "250m"}, "limits": {"memory": "2Gi"}}
+    default = proxy.deployment(LB, "acme", LBServiceGroupSpec(), "text")["spec"]["template"]["spec"]["containers"][0]
+    assert default["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+
+
+@pytest.mark.parametrize(
+    ("resources", "rule"),
+    [
+        ({"requests": {"cpu": "a lot"}}, "cpu: 'a lot' is not a Kubernetes quantity"),
+        ({"limits": {"gpu": "1"}}, "'gpu' is not one of cpu, memory, ephemeral-storage"),
+    ],
+)
+def test_envoy_resources_are_kubernetes_quantities(resources: dict[str, Any], rule: str) -> None:
+    with pytest.raises(ValidationError, match=rule):
+        LBServiceGroupSpec.model_validate({"envoy-resources": resources})
 
 
 def deployment_with(replicas: int, ready: int, observed: int = 1) -> dict[str, Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv4Network
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from tollgate.models import udp
 from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, opaque
@@ -257,6 +258,31 @@ class ServicePrefix(CustomResource[ServicePrefixSpec, ServicePrefixStatus]):
     )
 
 
+RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+
+
+def _quantities(values: dict[str, str]) -> dict[str, str]:
+    for name, quantity in values.items():
+        if name not in RESOURCE_NAMES:
+            raise ValueError(f"{name!r} is not one of {', '.join(RESOURCE_NAMES)}")
+        if not QUANTITY.match(quantity):
+            raise ValueError(f"{name}: {quantity!r} is not a Kubernetes quantity (such as 100m, 128Mi, 1Gi)")
+    return values
+
+
+Quantities = Annotated[dict[str, str], AfterValidator(_quantities)]
+
+
+class EnvoyResources(WireModel):
+    """Requests and limits of the Envoy container, as in a core/v1 ResourceRequirements. The defaults fit a gateway
+    Envoy at rest (a tenth of a core, 128Mi) and cap its memory at 1Gi: each UDP session holds about 5 KB, so a full
+    listener of 65536 sessions needs about 320Mi. No CPU limit: throttling a proxy adds latency to every packet."""
+
+    requests: Quantities = Field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    limits: Quantities = Field(default_factory=lambda: {"memory": "1Gi"})
+
+
 class LBServiceGroupSpec(WireModel):
     envoy_image: str = Field(
         default="envoyproxy/envoy:v1.40.0",
@@ -264,7 +290,16 @@ class LBServiceGroupSpec(WireModel):
         min_length=1,
         description="Image of the Envoy proxies of this group's load balancers.",
     )
-    envoy_replica_count: int = Field(default=1, alias="envoy-replica-count", ge=0, le=100)
+    envoy_replica_count: int = Field(
+        default=1,
+        alias="envoy-replica-count",
+        ge=0,
+        le=100,
+        description="Envoy replicas of a new load balancer: copied into it when it is created, as EPIC does.",
+    )
+    envoy_resources: EnvoyResources = Field(
+        default_factory=EnvoyResources, alias="envoy-resources", description="Requests and limits of the Envoys."
+    )
     service_prefix: str | None = Field(
         default=None,
         alias="service-prefix",
@@ -307,6 +342,13 @@ class ProxySpec(WireModel):
     public_address: IPv4Address | None = Field(default=None, alias="public-address")
     public_ports: list[ServicePort] = Field(default_factory=list, alias="public-ports")
     service_group: str = Field(alias="service-group", min_length=1, description="The LBServiceGroup to use.")
+    envoy_replica_count: int | None = Field(
+        default=None,
+        alias="envoy-replica-count",
+        ge=0,
+        le=100,
+        description="Envoy replicas; copied from the service group when the object is created, then its own.",
+    )
 
 
 class ProxyStatus(Status):

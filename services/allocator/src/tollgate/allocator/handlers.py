@@ -74,6 +74,10 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     async def group_changed(body: kopf.Body, **_: Any) -> None:
         await reconciler.group_changed(_raw(body))
 
+    @kopf.on.delete(*group, registry=registry)
+    async def group_deleted(body: kopf.Body, **_: Any) -> None:
+        await reconciler.group_deleted(_raw(body))
+
     @kopf.on.event("apps", "v1", "deployments", labels={LOAD_BALANCER_LABEL: kopf.PRESENT}, registry=registry)
     async def proxy_changed(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] != "DELETED":

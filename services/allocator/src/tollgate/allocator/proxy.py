@@ -84,7 +84,8 @@ def config_map(lb: JSON, account: str, text: str) -> JSON:
 
 
 def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> JSON:
-    """The Envoy proxy Deployment: the group's image and replica count; a changed bootstrap rolls the pods."""
+    """The Envoy proxy Deployment: the group's image and resources, the load balancer's replica count; a changed
+    bootstrap rolls the pods."""
     name = lb["metadata"]["name"]
     labels = pod_labels(name, account)
     selector = {LOAD_BALANCER_LABEL: name, ENVOY_PROXY_LABEL: "true"}
@@ -98,6 +99,7 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
         "args": ["-c", f"{BOOTSTRAP_DIR}/{BOOTSTRAP_KEY}", "--service-node", NODE_ID, "--service-cluster", name],
         "env": downward,
         "ports": [{"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"}],
+        "resources": group.envoy_resources.to_wire(),
         "volumeMounts": [{"name": "bootstrap", "mountPath": BOOTSTRAP_DIR, "readOnly": True}],
     }
     return {
@@ -110,7 +112,7 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
             "ownerReferences": [owner_reference(lb)],
         },
         "spec": {
-            "replicas": group.envoy_replica_count,
+            "replicas": replicas(lb, group),
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {
@@ -124,6 +126,12 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
             },
         },
     }
+
+
+def replicas(lb: JSON, group: LBServiceGroupSpec) -> int:
+    """The load balancer's own replica count (copied from its group when it was created), else the group's."""
+    own = lb["spec"].get("envoy-replica-count")
+    return group.envoy_replica_count if own is None else int(own)
 
 
 def proxy_readiness(deployment_obj: JSON | None) -> tuple[bool, str, str]:

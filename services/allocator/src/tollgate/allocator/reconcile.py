@@ -25,6 +25,7 @@ from tollgate.models.epic import (
     GWProxy,
     LBServiceGroup,
     LBServiceGroupSpec,
+    LBServiceGroupStatus,
     LoadBalancer,
     LoadBalancerSpec,
     LoadBalancerStatus,
@@ -39,10 +40,12 @@ from tollgate.runtime.optimistic import update_optimistically
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
+GROUP_RETRY_SECONDS = 5.0
 # A freed address or a new ServicePrefix is no event of the waiting load balancer: it tries again by itself.
 ADDRESS_RETRY_REASONS = ("PublicAddressesExhausted", "ServicePrefixNotFound")
 STATUS_MODELS: dict[Kind, type[Status]] = {
     Account: AccountStatus,
+    LBServiceGroup: LBServiceGroupStatus,
     LoadBalancer: LoadBalancerStatus,
     RemoteEndpoint: RemoteEndpointStatus,
 }
@@ -278,6 +281,9 @@ class Reconciler:
             await self.kube.event(lb, "ServiceGroupNotFound", message, warning=True)
             return False, "ServiceGroupNotFound", message
         group = LBServiceGroupSpec.model_validate(group_obj.get("spec") or {})
+        if spec.envoy_replica_count is None:  # EPIC copies the group's count into a new load balancer
+            replicas = {"envoy-replica-count": group.envoy_replica_count}
+            lb = await self.kube.patch(LoadBalancer, meta["namespace"], meta["name"], {"spec": replicas})
         text = proxy.bootstrap(group, meta["name"], self.xds_address)
         await self.kube.apply(proxy.config_map(lb, account, text))
         deployment = await self.kube.apply(proxy.deployment(lb, account, group, text))
@@ -331,11 +337,36 @@ class Reconciler:
             await self.kube.event(lb, "ProxyReady", message)
 
     async def group_changed(self, group: JSON) -> None:
-        """A service group changed: its load balancers' proxies follow."""
+        """A service group changed: its load balancers' proxies follow (image, resources, bootstrap)."""
+        for lb in await self._group_users(group, (LoadBalancer,)):
+            await self.reconcile_load_balancer(lb)
+
+    async def _group_users(self, group: JSON, kinds: tuple[Kind, ...] = (LoadBalancer, GWProxy)) -> list[JSON]:
         namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]
-        for lb in await self.kube.list_objects(LoadBalancer, namespace):
-            if lb["spec"].get("service-group") == name:
-                await self.reconcile_load_balancer(lb)
+        return [
+            obj
+            for kind in kinds
+            for obj in await self.kube.list_objects(kind, namespace)
+            if obj["spec"].get("service-group") == name
+        ]
+
+    async def group_deleted(self, group: JSON) -> None:
+        """A service group goes only once no LoadBalancer or GWProxy uses it: until then its finalizer holds it,
+        and its Ready condition names them."""
+        users = await self._group_users(group)
+        if not users:
+            return
+        names = ", ".join(f"{obj['kind']} {obj['metadata']['name']}" for obj in users)
+        message = f"in use by {names}: delete them first; the group goes when the last one has"
+        meta = group["metadata"]
+        await self.update_status(
+            LBServiceGroup,
+            meta["namespace"],
+            meta["name"],
+            lambda s: _ready(s, False, "InUse", message, meta.get("generation")),
+        )
+        await self.kube.event(group, "DeletionBlocked", message, warning=True)
+        raise kopf.TemporaryError(message, delay=GROUP_RETRY_SECONDS)
 
     # remote endpoints created as objects
 
