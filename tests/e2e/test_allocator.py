@@ -289,6 +289,41 @@ async def test_service_group_settings_reach_the_proxies_and_a_group_in_use_stays
     wait_for(gone, "the group to go with its last load balancer", timeout=30)
 
 
+async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be_shared(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    api: AllocatorClient,
+    accounts: list[str],
+) -> None:
+    account = user_account(cluster, {"envoy-replica-count": 0})
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("shared", account)))
+
+    def clusters() -> list[str]:
+        return list(get(custom, "loadbalancers", namespace, "shared").get("status", {}).get("upstream-clusters", []))
+
+    await api.register(account, "shared", "10.2.0.1", 80, node_address="10.2.0.100", cluster="east")
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await api.register(account, "shared", "10.2.0.2", 80, node_address="10.2.0.200", cluster="west")
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert raised.value.details() == (
+        "cluster: load balancer 'shared' serves cluster 'east', and its service group 'web' cannot be shared "
+        "(can-be-shared: false)"
+    )
+    names = [r["metadata"]["name"] for r in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                                               "remoteendpoints")["items"]]  # fmt: skip
+    assert names == ["shared-10-2-0-1-80-tcp"], "the refused registration left nothing behind"
+    assert clusters() == ["east"]
+
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "lbservicegroups", "web",
+                                          {"spec": {"can-be-shared": True}})  # fmt: skip
+    await api.register(account, "shared", "10.2.0.2", 80, node_address="10.2.0.200", cluster="west")
+    assert clusters() == ["east", "west"]
+    assert (await api.unregister(account, "shared", "10.2.0.1")).deleted
+    wait_for(lambda: clusters() == ["west"], "east to leave with its last endpoint", timeout=30)
+
+
 async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,

@@ -21,6 +21,7 @@ USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
 ACCOUNT_LABEL = "epic.acnodal.io/account"
 LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
 GUE_PORT = 6080
+DEFAULT_CLUSTER = "default"
 MAX_TUNNEL_ID = 2**32 - 1
 
 
@@ -300,6 +301,11 @@ class LBServiceGroupSpec(WireModel):
     envoy_resources: EnvoyResources = Field(
         default_factory=EnvoyResources, alias="envoy-resources", description="Requests and limits of the Envoys."
     )
+    can_be_shared: bool = Field(
+        default=False,
+        alias="can-be-shared",
+        description="Whether endpoints of several client clusters may register with one load balancer of this group.",
+    )
     service_prefix: str | None = Field(
         default=None,
         alias="service-prefix",
@@ -359,6 +365,11 @@ class ProxyStatus(Status):
     )
     proxy_ifindex: int | None = Field(default=None, alias="proxy-ifindex", ge=0)
     proxy_ifname: str | None = Field(default=None, alias="proxy-ifname")
+    upstream_clusters: list[str] = Field(
+        default_factory=list,
+        alias="upstream-clusters",
+        description="The client clusters whose endpoints are registered (one unless the group can be shared).",
+    )
 
 
 _PROXY_COLUMNS = _columns(
@@ -419,6 +430,12 @@ class RemoteEndpointSpec(WireModel):
     port: ServicePort
     node_address: IPv4Address | None = Field(
         default=None, alias="node-address", description="Address of the node the endpoint runs on."
+    )
+    cluster: str = Field(
+        default=DEFAULT_CLUSTER,
+        min_length=1,
+        max_length=253,
+        description="The client cluster that registered the endpoint.",
     )
 
 

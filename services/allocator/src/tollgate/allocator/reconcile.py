@@ -13,11 +13,20 @@ from opentelemetry import trace
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
-from tollgate.allocator.registry import DUPLICATE, NotFoundError, Registry, describe, identity, tunnel_recorded
+from tollgate.allocator.registry import (
+    DUPLICATE,
+    NotFoundError,
+    NotShareableError,
+    Registry,
+    describe,
+    identity,
+    tunnel_recorded,
+)
 from tollgate.allocator.tunnels import Metrics
 from tollgate.models.base import Status, condition_status
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
+    DEFAULT_CLUSTER,
     LOAD_BALANCER_LABEL,
     USER_NAMESPACE_LABEL,
     Account,
@@ -403,6 +412,11 @@ class Reconciler:
                 rep = await self.kube.patch(
                     RemoteEndpoint, namespace, name, {"metadata": {"ownerReferences": [proxy.owner_reference(lb)]}}
                 )
+            try:
+                await self.registry.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
+            except NotShareableError as error:
+                await self._refuse_endpoint(rep, "NotShareable", str(error))
+                return
             had = (rep.get("status") or {}).get("tunnel-id")
             try:
                 _, tunnel_id = await self.registry.ensure_tunnel(rep, lb)

@@ -29,10 +29,13 @@ from tollgate.models.base import condition_status
 from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
+    DEFAULT_CLUSTER,
     LOAD_BALANCER_LABEL,
     Account,
     GUEEndpoint,
     GUETunnelEndpoint,
+    LBServiceGroup,
+    LBServiceGroupSpec,
     LoadBalancer,
     RemoteEndpoint,
     RemoteEndpointSpec,
@@ -45,6 +48,7 @@ from tollgate.models.epic import (
 log = logging.getLogger("tollgate.allocator.registry")
 GUE_CACHE_SECONDS = 5.0
 TUNNELS = "gue-tunnel-endpoints"
+CLUSTERS = "upstream-clusters"
 AD_HOC = "AdHocEndpoint"
 DUPLICATE = "DuplicateEndpoint"
 
@@ -63,6 +67,10 @@ class AlreadyExistsError(RuntimeError):
 
 class AbortedError(RuntimeError):
     pass
+
+
+class NotShareableError(FailedPreconditionError):
+    """The load balancer serves another client cluster, and its service group cannot be shared."""
 
 
 @dataclass(frozen=True)
@@ -257,9 +265,65 @@ class Registry:
                 self.ids.give_back(taken)
         raise AbortedError(f"load balancer {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
 
+    async def admit_cluster(self, lb: JSON, cluster: str) -> None:
+        """Record the client cluster among the load balancer's `upstream-clusters`; refused when the load balancer
+        serves another cluster already and its service group cannot be shared."""
+        namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
+        group_name = lb["spec"].get("service-group", "")
+        group = await self.kube.get(LBServiceGroup, namespace, group_name)
+        shareable = LBServiceGroupSpec.model_validate((group or {}).get("spec") or {}).can_be_shared
+        current: JSON | None = lb
+        for _ in range(ATTEMPTS):
+            current = current or await self.kube.get(LoadBalancer, namespace, name)
+            if current is None:
+                raise NotFoundError(f"load balancer {name!r} was deleted")
+            clusters = list((current.get("status") or {}).get(CLUSTERS) or [])
+            if cluster in clusters:
+                return
+            if clusters and not shareable:
+                raise NotShareableError(
+                    f"cluster: load balancer {name!r} serves cluster {clusters[0]!r}, and its service group "
+                    f"{group_name!r} cannot be shared (can-be-shared: false)"
+                )
+            current.setdefault("status", {})[CLUSTERS] = [*clusters, cluster]
+            try:
+                await self.kube.replace_status(LoadBalancer, current)
+                return
+            except client.ApiException as error:
+                if not is_conflict(error):
+                    raise
+                self.ids.metrics.conflict("LoadBalancer")
+                current = None
+        raise AbortedError(f"load balancer {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
+
     async def forget(self, rep: JSON) -> int | None:
-        """A RemoteEndpoint went: release its node's tunnel if no other endpoint of the node is left; the ID
-        released. Endpoints of the node that arrived meanwhile get their tunnel again."""
+        """A RemoteEndpoint went: its client cluster leaves the load balancer with its last endpoint, and its node's
+        tunnel too; the tunnel ID released."""
+        await self._release_cluster(rep)
+        return await self._release_tunnel(rep)
+
+    async def _release_cluster(self, rep: JSON) -> None:
+        namespace, lb_name = rep["metadata"]["namespace"], rep["spec"]["load-balancer"]
+        cluster = rep["spec"].get("cluster", DEFAULT_CLUSTER)
+        if any(
+            r["spec"].get("cluster", DEFAULT_CLUSTER) == cluster for r in await self._endpoints_of(namespace, lb_name)
+        ):
+            return
+        lb = await self.kube.get(LoadBalancer, namespace, lb_name)
+        clusters = list(((lb or {}).get("status") or {}).get(CLUSTERS) or [])
+        if cluster in clusters:
+            index = clusters.index(cluster)
+            path = pointer("status", CLUSTERS, str(index))
+            await self.kube.json_patch_status(
+                LoadBalancer,
+                namespace,
+                lb_name,
+                [{"op": "test", "path": path, "value": cluster}, {"op": "remove", "path": path}],
+            )
+
+    async def _release_tunnel(self, rep: JSON) -> int | None:
+        """Release the node's tunnel if no other endpoint of the node is left; the ID released. Endpoints of the
+        node that arrived meanwhile get their tunnel again."""
         node = node_of(rep)
         tunnel_id = (rep.get("status") or {}).get("tunnel-id")
         if node is None or tunnel_id is None:
@@ -276,14 +340,16 @@ class Registry:
             await self.ensure_tunnel(late)
         return int(tunnel_id)
 
-    async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
+    async def _endpoints_of(self, namespace: str, lb_name: str) -> list[JSON]:
+        """The RemoteEndpoints of a load balancer, leaving out those being deleted."""
         return [
             r
             for r in await self.kube.list_objects(RemoteEndpoint, namespace)
-            if node_of(r) == node
-            and r["spec"].get("load-balancer") == lb_name
-            and not r["metadata"].get("deletionTimestamp")
+            if r["spec"].get("load-balancer") == lb_name and not r["metadata"].get("deletionTimestamp")
         ]
+
+    async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
+        return [r for r in await self._endpoints_of(namespace, lb_name) if node_of(r) == node]
 
     async def prune(self, lb: JSON, reps: list[JSON]) -> list[str]:
         """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes."""
@@ -328,7 +394,13 @@ class Registry:
         raise NotFoundError(f"load_balancer: no load balancer {name!r} in account {account!r}")
 
     async def register(
-        self, account: str, load_balancer: str, address: str, endpoint_port: Endpoint, node_address: str = ""
+        self,
+        account: str,
+        load_balancer: str,
+        address: str,
+        endpoint_port: Endpoint,
+        node_address: str = "",
+        cluster: str = "",
     ) -> tuple[Tunnel, bool]:
         """Register an endpoint; its tunnel, and whether this call created the registration. Registering the same
         (address, port, protocol) with the same spec again returns the same registration; with another spec, it
@@ -338,13 +410,16 @@ class Registry:
         endpoint = allocation.validate_address("address", address)
         node = allocation.validate_address("node_address", node_address, required=False)
         port = endpoint_port.validated()
+        client_cluster = allocation.validate_name("cluster", cluster) if cluster else DEFAULT_CLUSTER
         assert endpoint is not None
         lb = await self._load_balancer(account, load_balancer)
         if lb["metadata"].get("deletionTimestamp"):
             raise FailedPreconditionError(f"load_balancer: {load_balancer!r} is being deleted")
         namespace = lb["metadata"]["namespace"]
         name = allocation.remote_endpoint_name(load_balancer, endpoint, port.port, port.protocol)
-        spec = RemoteEndpointSpec(load_balancer=load_balancer, address=endpoint, port=port, node_address=node)
+        spec = RemoteEndpointSpec(
+            load_balancer=load_balancer, address=endpoint, port=port, node_address=node, cluster=client_cluster
+        )
         body = RemoteEndpoint.new(
             name,
             spec,
@@ -375,6 +450,12 @@ class Registry:
                     f"{different(existing['spec'], body['spec'])}; unregister it first to change it"
                 ) from None
             rep = existing
+        try:
+            await self.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
+        except NotShareableError:
+            if created:  # nothing half-done: the registration goes with the refusal
+                await self.kube.delete(RemoteEndpoint, namespace, name)
+            raise
         rep, _ = await self.ensure_tunnel(rep, lb)
         return self._tunnel(rep, await self._epic_of(rep)), created
 

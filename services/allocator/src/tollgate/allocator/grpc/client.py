@@ -31,6 +31,7 @@ class AllocatorClient:
         timeout: float = 30,
         port_name: str = "",
         app_protocol: str = "",
+        cluster: str = "",
     ) -> pb.RegisterEndpointResponse:
         request = pb.RegisterEndpointRequest(
             account=account,
@@ -38,6 +39,7 @@ class AllocatorClient:
             address=address,
             port=pb.Port(port=port, protocol=protocol, name=port_name, app_protocol=app_protocol),
             node_address=node_address,
+            cluster=cluster,
         )
         response: pb.RegisterEndpointResponse = await self.stub.RegisterEndpoint(
             request, metadata=self.metadata, timeout=timeout

@@ -118,6 +118,7 @@ class AllocatorService(pb_grpc.AllocatorServicer):
                 request.address,
                 Endpoint(request.port.port, request.port.protocol, request.port.name, request.port.app_protocol),
                 request.node_address,
+                request.cluster,
             )
             return pb.RegisterEndpointResponse(tunnel=tunnel_message(tunnel), created=created)
 

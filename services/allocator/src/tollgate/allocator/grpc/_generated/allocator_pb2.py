@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%tollgate/allocator/v1/allocator.proto\x12\x15tollgate.allocator.v1\"J\n\x04Port\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x14\n\x0c\x61pp_protocol\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\"\x86\x02\n\x06Tunnel\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x18\n\x10\x65ndpoint_address\x18\x03 \x01(\t\x12\x32\n\rendpoint_port\x18\t \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x14\n\x0cnode_address\x18\x08 \x01(\t\x12\x11\n\ttunnel_id\x18\x04 \x01(\r\x12\x14\n\x0c\x65pic_address\x18\x05 \x01(\t\x12.\n\tepic_port\x18\x06 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x17\n\x0fremote_endpoint\x18\x07 \x01(\t\"\x93\x01\n\x17RegisterEndpointRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x04port\x18\x04 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x14\n\x0cnode_address\x18\x05 \x01(\t\"Z\n\x18RegisterEndpointResponse\x12-\n\x06tunnel\x18\x01 \x01(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x7f\n\x19UnregisterEndpointRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x04port\x18\x04 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\">\n\x1aUnregisterEndpointResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x0f\n\x07removed\x18\x02 \x01(\r\"7\n\x16GetLoadBalancerRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"J\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x89\x02\n\x0cLoadBalancer\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nservice_id\x18\x03 \x01(\r\x12\x16\n\x0epublic_address\x18\x04 \x01(\t\x12\x31\n\x0cpublic_ports\x18\x05 \x03(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x15\n\rservice_group\x18\x06 \x01(\t\x12.\n\x07tunnels\x18\x07 \x03(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel\x12\x34\n\nconditions\x18\x08 \x03(\x0b\x32 .tollgate.allocator.v1.Condition\"<\n\x12ListTunnelsRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\"E\n\x13ListTunnelsResponse\x12.\n\x07tunnels\x18\x01 \x03(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel2\xc8\x03\n\tAllocator\x12s\n\x10RegisterEndpoint\x12..tollgate.allocator.v1.RegisterEndpointRequest\x1a/.tollgate.allocator.v1.RegisterEndpointResponse\x12y\n\x12UnregisterEndpoint\x12\x30.tollgate.allocator.v1.UnregisterEndpointRequest\x1a\x31.tollgate.allocator.v1.UnregisterEndpointResponse\x12\x65\n\x0fGetLoadBalancer\x12-.tollgate.allocator.v1.GetLoadBalancerRequest\x1a#.tollgate.allocator.v1.LoadBalancer\x12\x64\n\x0bListTunnels\x12).tollgate.allocator.v1.ListTunnelsRequest\x1a*.tollgate.allocator.v1.ListTunnelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%tollgate/allocator/v1/allocator.proto\x12\x15tollgate.allocator.v1\"J\n\x04Port\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x14\n\x0c\x61pp_protocol\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\"\x86\x02\n\x06Tunnel\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x18\n\x10\x65ndpoint_address\x18\x03 \x01(\t\x12\x32\n\rendpoint_port\x18\t \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x14\n\x0cnode_address\x18\x08 \x01(\t\x12\x11\n\ttunnel_id\x18\x04 \x01(\r\x12\x14\n\x0c\x65pic_address\x18\x05 \x01(\t\x12.\n\tepic_port\x18\x06 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x17\n\x0fremote_endpoint\x18\x07 \x01(\t\"\xa4\x01\n\x17RegisterEndpointRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x04port\x18\x04 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x14\n\x0cnode_address\x18\x05 \x01(\t\x12\x0f\n\x07\x63luster\x18\x06 \x01(\t\"Z\n\x18RegisterEndpointResponse\x12-\n\x06tunnel\x18\x01 \x01(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x7f\n\x19UnregisterEndpointRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12)\n\x04port\x18\x04 \x01(\x0b\x32\x1b.tollgate.allocator.v1.Port\">\n\x1aUnregisterEndpointResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x0f\n\x07removed\x18\x02 \x01(\r\"7\n\x16GetLoadBalancerRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"J\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x89\x02\n\x0cLoadBalancer\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nservice_id\x18\x03 \x01(\r\x12\x16\n\x0epublic_address\x18\x04 \x01(\t\x12\x31\n\x0cpublic_ports\x18\x05 \x03(\x0b\x32\x1b.tollgate.allocator.v1.Port\x12\x15\n\rservice_group\x18\x06 \x01(\t\x12.\n\x07tunnels\x18\x07 \x03(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel\x12\x34\n\nconditions\x18\x08 \x03(\x0b\x32 .tollgate.allocator.v1.Condition\"<\n\x12ListTunnelsRequest\x12\x0f\n\x07\x61\x63\x63ount\x18\x01 \x01(\t\x12\x15\n\rload_balancer\x18\x02 \x01(\t\"E\n\x13ListTunnelsResponse\x12.\n\x07tunnels\x18\x01 \x03(\x0b\x32\x1d.tollgate.allocator.v1.Tunnel2\xc8\x03\n\tAllocator\x12s\n\x10RegisterEndpoint\x12..tollgate.allocator.v1.RegisterEndpointRequest\x1a/.tollgate.allocator.v1.RegisterEndpointResponse\x12y\n\x12UnregisterEndpoint\x12\x30.tollgate.allocator.v1.UnregisterEndpointRequest\x1a\x31.tollgate.allocator.v1.UnregisterEndpointResponse\x12\x65\n\x0fGetLoadBalancer\x12-.tollgate.allocator.v1.GetLoadBalancerRequest\x1a#.tollgate.allocator.v1.LoadBalancer\x12\x64\n\x0bListTunnels\x12).tollgate.allocator.v1.ListTunnelsRequest\x1a*.tollgate.allocator.v1.ListTunnelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TUNNEL']._serialized_start=141
   _globals['_TUNNEL']._serialized_end=403
   _globals['_REGISTERENDPOINTREQUEST']._serialized_start=406
-  _globals['_REGISTERENDPOINTREQUEST']._serialized_end=553
-  _globals['_REGISTERENDPOINTRESPONSE']._serialized_start=555
-  _globals['_REGISTERENDPOINTRESPONSE']._serialized_end=645
-  _globals['_UNREGISTERENDPOINTREQUEST']._serialized_start=647
-  _globals['_UNREGISTERENDPOINTREQUEST']._serialized_end=774
-  _globals['_UNREGISTERENDPOINTRESPONSE']._serialized_start=776
-  _globals['_UNREGISTERENDPOINTRESPONSE']._serialized_end=838
-  _globals['_GETLOADBALANCERREQUEST']._serialized_start=840
-  _globals['_GETLOADBALANCERREQUEST']._serialized_end=895
-  _globals['_CONDITION']._serialized_start=897
-  _globals['_CONDITION']._serialized_end=971
-  _globals['_LOADBALANCER']._serialized_start=974
-  _globals['_LOADBALANCER']._serialized_end=1239
-  _globals['_LISTTUNNELSREQUEST']._serialized_start=1241
-  _globals['_LISTTUNNELSREQUEST']._serialized_end=1301
-  _globals['_LISTTUNNELSRESPONSE']._serialized_start=1303
-  _globals['_LISTTUNNELSRESPONSE']._serialized_end=1372
-  _globals['_ALLOCATOR']._serialized_start=1375
-  _globals['_ALLOCATOR']._serialized_end=1831
+  _globals['_REGISTERENDPOINTREQUEST']._serialized_end=570
+  _globals['_REGISTERENDPOINTRESPONSE']._serialized_start=572
+  _globals['_REGISTERENDPOINTRESPONSE']._serialized_end=662
+  _globals['_UNREGISTERENDPOINTREQUEST']._serialized_start=664
+  _globals['_UNREGISTERENDPOINTREQUEST']._serialized_end=791
+  _globals['_UNREGISTERENDPOINTRESPONSE']._serialized_start=793
+  _globals['_UNREGISTERENDPOINTRESPONSE']._serialized_end=855
+  _globals['_GETLOADBALANCERREQUEST']._serialized_start=857
+  _globals['_GETLOADBALANCERREQUEST']._serialized_end=912
+  _globals['_CONDITION']._serialized_start=914
+  _globals['_CONDITION']._serialized_end=988
+  _globals['_LOADBALANCER']._serialized_start=991
+  _globals['_LOADBALANCER']._serialized_end=1256
+  _globals['_LISTTUNNELSREQUEST']._serialized_start=1258
+  _globals['_LISTTUNNELSREQUEST']._serialized_end=1318
+  _globals['_LISTTUNNELSRESPONSE']._serialized_start=1320
+  _globals['_LISTTUNNELSRESPONSE']._serialized_end=1389
+  _globals['_ALLOCATOR']._serialized_start=1392
+  _globals['_ALLOCATOR']._serialized_end=1848
 # @@protoc_insertion_point(module_scope)

@@ -41,18 +41,20 @@ class Tunnel(_message.Message):
     def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., endpoint_address: _Optional[str] = ..., endpoint_port: _Optional[_Union[Port, _Mapping]] = ..., node_address: _Optional[str] = ..., tunnel_id: _Optional[int] = ..., epic_address: _Optional[str] = ..., epic_port: _Optional[_Union[Port, _Mapping]] = ..., remote_endpoint: _Optional[str] = ...) -> None: ...
 
 class RegisterEndpointRequest(_message.Message):
-    __slots__ = ("account", "load_balancer", "address", "port", "node_address")
+    __slots__ = ("account", "load_balancer", "address", "port", "node_address", "cluster")
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     LOAD_BALANCER_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     account: str
     load_balancer: str
     address: str
     port: Port
     node_address: str
-    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[_Union[Port, _Mapping]] = ..., node_address: _Optional[str] = ...) -> None: ...
+    cluster: str
+    def __init__(self, account: _Optional[str] = ..., load_balancer: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[_Union[Port, _Mapping]] = ..., node_address: _Optional[str] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class RegisterEndpointResponse(_message.Message):
     __slots__ = ("tunnel", "created")
