@@ -324,6 +324,46 @@ async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be
     wait_for(lambda: clusters() == ["west"], "east to leave with its last endpoint", timeout=30)
 
 
+async def test_a_gwproxy_gets_envoys_like_a_load_balancer(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    apps: client.AppsV1Api,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    account = user_account(cluster, {"envoy-replica-count": 1})
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    gwproxy = yaml.safe_load((SAMPLES / "gwproxy.yaml").read_text())
+    gwproxy["metadata"] = {"name": "gateway", "namespace": namespace}
+    gwproxy["spec"]["service-group"] = "web"
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(gwproxy))
+    # A load balancer of the same name: the two proxies' Deployments do not collide.
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("gateway", account)))
+
+    async def ready() -> dict[str, Any] | None:
+        obj = get(custom, "gwproxies", namespace, "gateway")
+        state = condition(obj, "Ready")
+        return obj if state and state["status"] == "True" else None
+
+    obj = await eventually(ready, "the GWProxy to be Ready", timeout=60)
+    assert condition(obj, "ProxyReady")["message"] == "1/1 Envoy replicas ready"
+    assert obj["spec"]["envoy-replica-count"] == 1, "copied from the group"
+    deployment = apps.read_namespaced_deployment("gateway-gwproxy-envoy", namespace)
+    assert deployment.spec.template.metadata.labels == {
+        ENVOY_PROXY_LABEL: "true",
+        "epic.acnodal.io/gwproxy": "gateway",
+        ACCOUNT_LABEL: account,
+    }
+    assert deployment.metadata.owner_references[0].kind == "GWProxy"
+    lb_proxy = wait_for(
+        lambda: apps.list_namespaced_deployment(namespace, label_selector=f"{LOAD_BALANCER_LABEL}=gateway").items,
+        "the load balancer's own Deployment",
+        timeout=30,
+    )
+    assert [d.metadata.name for d in lb_proxy] == ["gateway-envoy"]
+
+
 async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,

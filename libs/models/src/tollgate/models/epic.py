@@ -20,6 +20,7 @@ PRODUCT_NAME = "epic"
 USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
 ACCOUNT_LABEL = "epic.acnodal.io/account"
 LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
+GWPROXY_LABEL = "epic.acnodal.io/gwproxy"
 GUE_PORT = 6080
 DEFAULT_CLUSTER = "default"
 MAX_TUNNEL_ID = 2**32 - 1

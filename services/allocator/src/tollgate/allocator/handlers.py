@@ -9,8 +9,10 @@ import kopf
 
 from tollgate.allocator.reconcile import Reconciler
 from tollgate.models.epic import (
+    GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
     Account,
+    GWProxy,
     LBServiceGroup,
     LoadBalancer,
     RemoteEndpoint,
@@ -33,8 +35,8 @@ def _raw(body: kopf.Body) -> dict[str, Any]:
 
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    account, lb, group, rep, prefix = (
-        _resource(k) for k in (Account, LoadBalancer, LBServiceGroup, RemoteEndpoint, ServicePrefix)
+    account, lb, gwp, group, rep, prefix = (
+        _resource(k) for k in (Account, LoadBalancer, GWProxy, LBServiceGroup, RemoteEndpoint, ServicePrefix)
     )
 
     @kopf.on.startup(registry=registry)
@@ -58,10 +60,18 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         if retry := await reconciler.reconcile_load_balancer(_raw(body)):
             raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
 
+    @kopf.on.resume(*gwp, registry=registry)
+    @kopf.on.create(*gwp, registry=registry)
+    @kopf.on.update(*gwp, registry=registry)
+    async def gwproxy_changed(body: kopf.Body, **_: Any) -> None:
+        if retry := await reconciler.reconcile_gwproxy(_raw(body)):
+            raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
+
     @kopf.on.event(*lb, registry=registry)
-    async def load_balancer_event(event: kopf.RawEvent, **_: Any) -> None:
+    @kopf.on.event(*gwp, registry=registry)
+    async def proxy_object_event(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] == "DELETED":
-            await reconciler.load_balancer_deleted(copy.deepcopy(dict(event["object"])))
+            await reconciler.proxy_deleted(copy.deepcopy(dict(event["object"])))
 
     # Addresses of holders deleted while no allocator watched are freed at start and then now and then.
     @kopf.on.resume(*prefix, registry=registry)
@@ -78,7 +88,8 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     async def group_deleted(body: kopf.Body, **_: Any) -> None:
         await reconciler.group_deleted(_raw(body))
 
-    @kopf.on.event("apps", "v1", "deployments", labels={LOAD_BALANCER_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", id="lb", labels={LOAD_BALANCER_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", id="gwp", labels={GWPROXY_LABEL: kopf.PRESENT}, registry=registry)
     async def proxy_changed(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] != "DELETED":
             await reconciler.proxy_changed(copy.deepcopy(dict(event["object"])))

@@ -1,4 +1,5 @@
-"""A load balancer's Envoy proxies, planned without I/O: the bootstrap ConfigMap, the Deployment, the conditions."""
+"""The Envoy proxies of a load balancer or a GWProxy, planned without I/O: the bootstrap ConfigMap, the Deployment,
+the conditions."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import yaml
 from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
+    GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
     LBServiceGroupSpec,
-    LoadBalancerStatus,
+    ProxyStatus,
     RemoteEndpointSpec,
     ServicePort,
     reaches,
@@ -27,8 +29,18 @@ ALLOCATED, PROXY_READY, READY = "Allocated", "ProxyReady", "Ready"
 ENDPOINTS_MATCHED = "EndpointsMatched"
 
 
-def proxy_name(load_balancer: str) -> str:
-    return f"{load_balancer}-envoy"
+# The label that ties Envoy pods to their object, by the object's kind.
+OWNER_LABELS = {"LoadBalancer": LOAD_BALANCER_LABEL, "GWProxy": GWPROXY_LABEL}
+
+
+def proxy_name(obj: JSON) -> str:
+    """`<lb>-envoy` for a load balancer, `<gwproxy>-gwproxy-envoy` for a GWProxy (they may share a name)."""
+    name = obj["metadata"]["name"]
+    return f"{name}-envoy" if obj["kind"] == "LoadBalancer" else f"{name}-gwproxy-envoy"
+
+
+def owner_labels(obj: JSON, account: str) -> dict[str, str]:
+    return {OWNER_LABELS[obj["kind"]]: obj["metadata"]["name"], ACCOUNT_LABEL: account}
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -64,19 +76,14 @@ def owner_reference(obj: JSON) -> JSON:
     }
 
 
-def pod_labels(load_balancer: str, account: str) -> dict[str, str]:
-    return {ENVOY_PROXY_LABEL: "true", LOAD_BALANCER_LABEL: load_balancer, ACCOUNT_LABEL: account}
-
-
 def config_map(lb: JSON, account: str, text: str) -> JSON:
-    name = lb["metadata"]["name"]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": proxy_name(name),
+            "name": proxy_name(lb),
             "namespace": lb["metadata"]["namespace"],
-            "labels": {LOAD_BALANCER_LABEL: name, ACCOUNT_LABEL: account},
+            "labels": owner_labels(lb, account),
             "ownerReferences": [owner_reference(lb)],
         },
         "data": {BOOTSTRAP_KEY: text},
@@ -87,8 +94,9 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
     """The Envoy proxy Deployment: the group's image and resources, the load balancer's replica count; a changed
     bootstrap rolls the pods."""
     name = lb["metadata"]["name"]
-    labels = pod_labels(name, account)
-    selector = {LOAD_BALANCER_LABEL: name, ENVOY_PROXY_LABEL: "true"}
+    owned = owner_labels(lb, account)
+    labels = {ENVOY_PROXY_LABEL: "true", **owned}
+    selector = {OWNER_LABELS[lb["kind"]]: name, ENVOY_PROXY_LABEL: "true"}
     downward = [
         {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
         for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))
@@ -106,9 +114,9 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": proxy_name(name),
+            "name": proxy_name(lb),
             "namespace": lb["metadata"]["namespace"],
-            "labels": {LOAD_BALANCER_LABEL: name, ACCOUNT_LABEL: account},
+            "labels": owned,
             "ownerReferences": [owner_reference(lb)],
         },
         "spec": {
@@ -121,7 +129,7 @@ def deployment(lb: JSON, account: str, group: LBServiceGroupSpec, text: str) -> 
                 },
                 "spec": {
                     "containers": [container],
-                    "volumes": [{"name": "bootstrap", "configMap": {"name": proxy_name(name)}}],
+                    "volumes": [{"name": "bootstrap", "configMap": {"name": proxy_name(lb)}}],
                 },
             },
         },
@@ -151,7 +159,7 @@ def proxy_readiness(deployment_obj: JSON | None) -> tuple[bool, str, str]:
     return False, "ProxyProgressing", message
 
 
-def settle_ready(status: LoadBalancerStatus, generation: int | None) -> None:
+def settle_ready(status: ProxyStatus, generation: int | None) -> None:
     """Ready is Allocated and ProxyReady; when not, the first failing one says why."""
     for name in (ALLOCATED, PROXY_READY):
         condition = status.condition(name)

@@ -27,17 +27,20 @@ from tollgate.models.base import Status, condition_status
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     DEFAULT_CLUSTER,
-    LOAD_BALANCER_LABEL,
     USER_NAMESPACE_LABEL,
     Account,
     AccountStatus,
     GWProxy,
+    GWProxySpec,
+    GWProxyStatus,
     LBServiceGroup,
     LBServiceGroupSpec,
     LBServiceGroupStatus,
     LoadBalancer,
     LoadBalancerSpec,
     LoadBalancerStatus,
+    ProxySpec,
+    ProxyStatus,
     RemoteEndpoint,
     RemoteEndpointSpec,
     RemoteEndpointStatus,
@@ -50,10 +53,13 @@ from tollgate.runtime.optimistic import update_optimistically
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
 GROUP_RETRY_SECONDS = 5.0
+PROXY_KINDS: dict[str, Kind] = {"LoadBalancer": LoadBalancer, "GWProxy": GWProxy}
+PROXY_SPECS: dict[str, type[ProxySpec]] = {"LoadBalancer": LoadBalancerSpec, "GWProxy": GWProxySpec}
 # A freed address or a new ServicePrefix is no event of the waiting load balancer: it tries again by itself.
 ADDRESS_RETRY_REASONS = ("PublicAddressesExhausted", "ServicePrefixNotFound")
 STATUS_MODELS: dict[Kind, type[Status]] = {
     Account: AccountStatus,
+    GWProxy: GWProxyStatus,
     LBServiceGroup: LBServiceGroupStatus,
     LoadBalancer: LoadBalancerStatus,
     RemoteEndpoint: RemoteEndpointStatus,
@@ -173,7 +179,7 @@ class Reconciler:
                 lb = await self.kube.patch(LoadBalancer, namespace, name, {"spec": {"service-id": new_id}})
                 await self.kube.event(lb, "ServiceIDAllocated", f"allocated service-id {new_id}")
             if ok:
-                ok, reason, message, lb = await self._public_address(lb, message)
+                ok, reason, message, lb = await self._public_address(lb, reason, message)
             proxy_state = (
                 (False, "NotAllocated", f"waiting for Allocated ({reason})")
                 if not ok
@@ -243,47 +249,50 @@ class Reconciler:
         new_id = int(written["status"]["current-service-id"])
         return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
 
-    async def _public_address(self, lb: JSON, allocated: str) -> tuple[bool, str, str, JSON]:
-        """The load balancer's public address from its group's ServicePrefix: kept when it holds one, claimed when
-        given, else the pool's first free one. Without a prefix the address is the user's (or none)."""
-        meta, spec = lb["metadata"], LoadBalancerSpec.model_validate(lb["spec"])
+    async def _public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
+        """The object's public address from its group's ServicePrefix: kept when it holds one, claimed when given,
+        else the pool's first free one. Without a prefix the address is the user's (or none)."""
+        kind = PROXY_KINDS[obj["kind"]]
+        meta, spec = obj["metadata"], proxy_spec(obj)
         group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
         prefix = LBServiceGroupSpec.model_validate(group_obj["spec"] or {}).service_prefix if group_obj else None
         if prefix is None:
-            return True, "ServiceIDAllocated", allocated, lb
+            return True, reason, allocated, obj
         try:
-            address = await self.addresses.claim(prefix, lb, spec.public_address)
+            address = await self.addresses.claim(prefix, obj, spec.public_address)
         except PrefixNotFoundError as error:
             message = (
                 f"spec.service-group: LBServiceGroup {spec.service_group!r} names a prefix that is missing: {error}"
             )
-            return await self._address_refused(lb, "ServicePrefixNotFound", message)
+            return await self._address_refused(obj, "ServicePrefixNotFound", message)
         except allocation.AddressTakenError as error:
-            return await self._address_refused(lb, "PublicAddressTaken", f"spec.public-address: {error}")
+            return await self._address_refused(obj, "PublicAddressTaken", f"spec.public-address: {error}")
         except allocation.ExhaustedError as error:
-            return await self._address_refused(lb, "PublicAddressesExhausted", f"ServicePrefix {prefix}: {error}")
+            return await self._address_refused(obj, "PublicAddressesExhausted", f"ServicePrefix {prefix}: {error}")
         if spec.public_address != address:
-            lb = await self.kube.patch(
-                LoadBalancer, meta["namespace"], meta["name"], {"spec": {"public-address": str(address)}}
+            obj = await self.kube.patch(
+                kind, meta["namespace"], meta["name"], {"spec": {"public-address": str(address)}}
             )
-            await self.kube.event(lb, "PublicAddressAllocated", f"public address {address} from ServicePrefix {prefix}")
-        return True, "ServiceIDAllocated", f"{allocated}, public address {address} (ServicePrefix {prefix})", lb
+            await self.kube.event(
+                obj, "PublicAddressAllocated", f"public address {address} from ServicePrefix {prefix}"
+            )
+        return True, reason, f"{allocated}, public address {address} (ServicePrefix {prefix})", obj
 
     async def _address_refused(self, lb: JSON, reason: str, message: str) -> tuple[bool, str, str, JSON]:
         await self.kube.event(lb, reason, message, warning=True)
         return False, reason, message, lb
 
-    async def load_balancer_deleted(self, lb: JSON) -> None:
-        """Free the deleted load balancer's public address."""
-        for address in await self.addresses.release(lb):
-            log.info("freed public address %s of deleted %s", address, lb["metadata"]["name"])
+    async def proxy_deleted(self, obj: JSON) -> None:
+        """Free the public address of a deleted LoadBalancer or GWProxy."""
+        for address in await self.addresses.release(obj):
+            log.info("freed public address %s of deleted %s %s", address, obj["kind"], obj["metadata"]["name"])
 
     async def prefix_changed(self, prefix: JSON) -> None:
         """Free the addresses of a ServicePrefix whose holders are gone."""
         await self.addresses.sweep(prefix)
 
     async def _proxy(self, lb: JSON, account: str) -> tuple[bool, str, str]:
-        meta, spec = lb["metadata"], LoadBalancerSpec.model_validate(lb["spec"])
+        meta, spec = lb["metadata"], proxy_spec(lb)
         group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
         if group_obj is None:
             message = f"spec.service-group: no LBServiceGroup {spec.service_group!r} in namespace {meta['namespace']}"
@@ -292,7 +301,7 @@ class Reconciler:
         group = LBServiceGroupSpec.model_validate(group_obj.get("spec") or {})
         if spec.envoy_replica_count is None:  # EPIC copies the group's count into a new load balancer
             replicas = {"envoy-replica-count": group.envoy_replica_count}
-            lb = await self.kube.patch(LoadBalancer, meta["namespace"], meta["name"], {"spec": replicas})
+            lb = await self.kube.patch(PROXY_KINDS[lb["kind"]], meta["namespace"], meta["name"], {"spec": replicas})
         text = proxy.bootstrap(group, meta["name"], self.xds_address)
         await self.kube.apply(proxy.config_map(lb, account, text))
         deployment = await self.kube.apply(proxy.deployment(lb, account, group, text))
@@ -317,38 +326,80 @@ class Reconciler:
         await self.registry.refresh_epic_address(lb)
 
     async def proxy_changed(self, deployment: JSON) -> None:
-        """The Envoy Deployment moved: reflect it in the load balancer's ProxyReady and Ready."""
+        """The Envoy Deployment moved: reflect it in its object's ProxyReady and Ready."""
         labels = deployment["metadata"].get("labels") or {}
-        namespace, name = deployment["metadata"]["namespace"], labels.get(LOAD_BALANCER_LABEL)
-        if not name:
-            return
-        with self.tracer.start_as_current_span("reconcile proxy", attributes={"namespace": namespace, "name": name}):
-            await self._proxy_changed(namespace, name, deployment)
+        namespace = deployment["metadata"]["namespace"]
+        for kind_name, label in proxy.OWNER_LABELS.items():
+            if name := labels.get(label):
+                attributes = {"namespace": namespace, "name": name, "kind": kind_name}
+                with self.tracer.start_as_current_span("reconcile proxy", attributes=attributes):
+                    await self._proxy_changed(PROXY_KINDS[kind_name], namespace, name, deployment)
 
-    async def _proxy_changed(self, namespace: str, name: str, deployment: JSON) -> None:
-        lb = await self.kube.get(LoadBalancer, namespace, name)
-        if lb is None or lb["metadata"].get("deletionTimestamp"):
+    async def _proxy_changed(self, kind: Kind, namespace: str, name: str, deployment: JSON) -> None:
+        obj = await self.kube.get(kind, namespace, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
-        await self.registry.refresh_epic_address(lb)
+        if kind is LoadBalancer:
+            await self.registry.refresh_epic_address(obj)
         ready, reason, message = proxy.proxy_readiness(deployment)
-        current = LoadBalancerStatus.model_validate(lb.get("status") or {}).condition(proxy.PROXY_READY)
+        current = ProxyStatus.model_validate(obj.get("status") or {}).condition(proxy.PROXY_READY)
         wanted = ("True" if ready else "False", reason, message)
         if current is not None and (current.status, current.reason, current.message) == wanted:
             return
 
-        def write(status: LoadBalancerStatus) -> None:
+        def write(status: ProxyStatus) -> None:
             generation = status.observed_generation
             status.set_condition(proxy.PROXY_READY, "True" if ready else "False", reason, message, generation)
             proxy.settle_ready(status, generation)
 
-        await self.update_status(LoadBalancer, namespace, name, write)
+        await self.update_status(kind, namespace, name, write)
         if ready:
-            await self.kube.event(lb, "ProxyReady", message)
+            await self.kube.event(obj, "ProxyReady", message)
 
     async def group_changed(self, group: JSON) -> None:
-        """A service group changed: its load balancers' proxies follow (image, resources, bootstrap)."""
-        for lb in await self._group_users(group, (LoadBalancer,)):
-            await self.reconcile_load_balancer(lb)
+        """A service group changed: the proxies of its load balancers and GWProxies follow (image, resources,
+        bootstrap)."""
+        for obj in await self._group_users(group):
+            if obj["kind"] == "LoadBalancer":
+                await self.reconcile_load_balancer(obj)
+            else:
+                await self.reconcile_gwproxy(obj)
+
+    # GWProxies: their Envoys and public addresses (xds turns their Gateway listeners and GWRoutes into config)
+
+    async def reconcile_gwproxy(self, gwp: JSON) -> str | None:
+        """A GWProxy's public address and Envoy Deployment, as a load balancer's; a message when to try again."""
+        meta = gwp["metadata"]
+        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+        if meta.get("deletionTimestamp"):
+            return None
+        with self.tracer.start_as_current_span("reconcile GWProxy", attributes={"namespace": namespace, "name": name}):
+            account = account_of(namespace)
+            ok, reason, message = True, "Allocated", "no public address asked for"
+            if await self.kube.get(Account, namespace, account) is None:
+                ok, reason = False, "AccountNotFound"
+                message = (
+                    f"no Account {account!r} in namespace {namespace}: GWProxies live in their account's namespace"
+                )
+            if ok:
+                ok, reason, message, gwp = await self._public_address(gwp, reason, "allocated")
+            proxy_state = (
+                (False, "NotAllocated", f"waiting for Allocated ({reason})")
+                if not ok
+                else await self._proxy(gwp, account)
+            )
+
+            def write(status: GWProxyStatus) -> None:
+                status.observed_generation = generation
+                status.set_condition(proxy.ALLOCATED, "True" if ok else "False", reason, message, generation)
+                ready, proxy_reason, proxy_message = proxy_state
+                status.set_condition(
+                    proxy.PROXY_READY, "True" if ready else "False", proxy_reason, proxy_message, generation
+                )
+                proxy.settle_ready(status, generation)
+
+            await self.update_status(GWProxy, namespace, name, write)
+            return message if reason in ADDRESS_RETRY_REASONS else None
 
     async def _group_users(self, group: JSON, kinds: tuple[Kind, ...] = (LoadBalancer, GWProxy)) -> list[JSON]:
         namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]
@@ -486,6 +537,10 @@ class Reconciler:
                 node = rep["spec"]["node-address"]
                 message = f"released tunnel ID {released} of node {node}: its last endpoint went"
                 await self.kube.event(lb, "TunnelReleased", message)
+
+
+def proxy_spec(obj: JSON) -> ProxySpec:
+    return PROXY_SPECS[obj["kind"]].model_validate(obj["spec"])
 
 
 def _ready(status: Status, ok: bool, reason: str, message: str, generation: int | None) -> None:
