@@ -6,6 +6,7 @@ refused as unknown instead of silently doing nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import Field
@@ -41,6 +42,15 @@ class ParentReference(WireModel):
     name: str = Field(min_length=1, max_length=253, description="The GWProxy.")
     section_name: str | None = Field(default=None, alias="sectionName", description="Only the listener of this name.")
     port: int | None = Field(default=None, ge=1, le=65535, description="Only the listeners on this port.")
+
+
+def named_listeners(parent: ParentReference, listeners: Iterable[GatewayListener]) -> list[GatewayListener]:
+    """The listeners of a proxy that a parentRef names: all of them, narrowed by its sectionName and port."""
+    return [
+        listener
+        for listener in listeners
+        if parent.section_name in (None, listener.name) and parent.port in (None, listener.port)
+    ]
 
 
 class BackendRef(WireModel):
