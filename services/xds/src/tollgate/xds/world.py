@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tollgate.models.base import CustomResource
 from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
 from tollgate.models.servicemesh import VirtualService
 from tollgate.xds import ir, translate
@@ -139,31 +140,26 @@ class World:
         return list(self._sources.values())
 
     def _translate(self, kind: ir.SourceKind, key: Key) -> ir.Source | None:
-        if kind == "GWProxy":
-            obj = self.gw_proxies.get(key)
-            if obj is None:
-                return None
-            try:
-                proxy = GWProxy.model_validate(obj)
-            except ValidationError as error:
-                return _invalid(obj, kind, error)
-            routes = (r for r in self.gw_routes.values() if r.namespace == key[0])
-            slices = (s for s in self.gw_endpoint_slices.values() if s.namespace == key[0])
-            return translate.gw_proxy(proxy, routes, slices)
-        if kind == "VirtualService":
-            obj = self.virtual_services.get(key)
-            if obj is None:
-                return None
-            try:
-                vs = VirtualService.model_validate(obj)
-            except ValidationError as error:
-                return _invalid(obj, kind, error)
-            return translate.virtual_service(vs, (p for p in self.pods.values() if p.namespace == key[0]))
-        obj = self.load_balancers.get(key)
+        stores: dict[ir.SourceKind, tuple[dict[Key, Mapping[str, Any]], type[CustomResource[Any, Any]]]] = {
+            "VirtualService": (self.virtual_services, VirtualService),
+            "LoadBalancer": (self.load_balancers, LoadBalancer),
+            "GWProxy": (self.gw_proxies, GWProxy),
+        }
+        store, model = stores[kind]
+        obj = store.get(key)
         if obj is None:
             return None
         try:
-            lb = LoadBalancer.model_validate(obj)
+            resource = model.model_validate(obj)
         except ValidationError as error:
             return _invalid(obj, kind, error)
-        return translate.load_balancer(lb, (e for e in self.remote_endpoints.values() if e.namespace == key[0]))
+        namespace = key[0]
+        if isinstance(resource, VirtualService):
+            return translate.virtual_service(resource, (p for p in self.pods.values() if p.namespace == namespace))
+        if isinstance(resource, LoadBalancer):
+            endpoints = (e for e in self.remote_endpoints.values() if e.namespace == namespace)
+            return translate.load_balancer(resource, endpoints)
+        assert isinstance(resource, GWProxy)
+        routes = (r for r in self.gw_routes.values() if r.namespace == namespace)
+        slices = (s for s in self.gw_endpoint_slices.values() if s.namespace == namespace)
+        return translate.gw_proxy(resource, routes, slices)
