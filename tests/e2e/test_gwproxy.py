@@ -42,6 +42,11 @@ def backend(name: str, weight: int = 1) -> dict[str, Any]:
     return {"name": name, "port": 80, "weight": weight}
 
 
+async def invalid_events(core: client.CoreV1Api, namespace: str, name: str) -> list[str]:
+    selector = f"involvedObject.kind=GWProxy,involvedObject.name={name},reason=Invalid"
+    return [str(e.message) for e in core.list_namespaced_event(namespace, field_selector=selector).items]
+
+
 async def listener_names(ip: str) -> list[str]:
     listeners = await admin(ip, "/listeners?format=json")
     return sorted(item["name"] for item in listeners["listener_statuses"])
@@ -119,6 +124,12 @@ async def test_a_gateway_proxy_routes_http_by_host_path_and_weight(
         assert abs(counts["alpha"] - SPLIT_REQUESTS * 3 / 4) <= 25, counts
 
         assert await listener_names(gw_ip) == [f"{namespace}/edge/http"], "no LoadBalancer config on the GWProxy"
+        lost = {"parentRefs": [{"name": "edge", "sectionName": "https"}], "rules": [{"backendRefs": [backend("beta")]}]}
+        create(custom, namespace, "gwroutes", "GWRoute", "lost", {"http": lost})
+        (message,) = await eventually(
+            lambda: invalid_events(core, namespace, "edge"), "an Invalid Event on the GWProxy", timeout=30
+        )
+        assert message.startswith("GWRoute lost names this GWProxy but attaches to none of its listeners")
         await eventually(
             lambda: listener_names(lb_ip), "the LoadBalancer's Envoy to get its listener", ignore=(OSError,)
         )
