@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tollgate.models import ALL_KINDS
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.rbac import NAMESPACE, chart_dir, release_namespaces, render_chart
 from tollgate.testing.tools import repo_root, tool
@@ -110,7 +111,7 @@ def test_webhook_chart_generates_a_ca_and_registers_every_kind() -> None:
         "ValidatingWebhookConfiguration",
     ]
     for configuration in configurations:
-        assert len(configuration["webhooks"]) == 10
+        assert len(configuration["webhooks"]) == len(ALL_KINDS)
         for hook in configuration["webhooks"]:
             assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE

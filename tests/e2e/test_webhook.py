@@ -173,6 +173,38 @@ def _listener(name: str, port: int, protocol: str = "udp", **cluster: Any) -> Ob
     }
 
 
+def _gw_listeners(*listeners: tuple[str, int, str]) -> Obj:
+    return {"listeners": [{"name": name, "port": port, "protocol": protocol} for name, port, protocol in listeners]}
+
+
+def _gwr(namespace: str, spec: Obj) -> Obj:
+    return {
+        "apiVersion": "epic.acnodal.io/v1",
+        "kind": "GWRoute",
+        "metadata": {"name": "gwr", "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def _http_route(parent: str, path: str = "/", weight: int = 1) -> Obj:
+    rule = {"matches": [{"path": {"value": path}}], "backendRefs": [{"name": "web", "weight": weight}]}
+    return {"http": {"parentRefs": [{"name": parent}], "rules": [rule]}}
+
+
+def _gwes(namespace: str, address: str, parent: Obj | None = None, port: int = 8080) -> Obj:
+    return {
+        "apiVersion": "epic.acnodal.io/v1",
+        "kind": "GWEndpointSlice",
+        "metadata": {"name": "gwes", "namespace": namespace},
+        "spec": {
+            "parentRef": {"uid": "web"} if parent is None else parent,
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address]}],
+            "ports": [{"port": port}],
+        },
+    }
+
+
 def _vs(namespace: str, *listeners: Obj, selector: dict[str, str] | None = None) -> Obj:
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",
@@ -316,6 +348,14 @@ def cases(ns: str, label: str) -> list[Case]:
             defaulting("LoadBalancer", 'spec.public-address: Input is not a valid IPv4 address (got "2001:db8::1")'),
         ),
         Case(
+            "lb: a public address another load balancer holds",
+            _lb(ns, spec={"public-address": "192.168.77.8"}),
+            denied(
+                "LoadBalancer",
+                f"spec.public-address: 192.168.77.8 is the public address of LoadBalancer {ns}/existing-lb already",
+            ),
+        ),
+        Case(
             "lb-duplicate-port",
             _lb(ns, spec={ports: [{"port": 80}, {"port": 80, "protocol": "TCP"}]}),
             denied("LoadBalancer", "spec.public-ports[1]: duplicate port/protocol pair 80/TCP (spec.public-ports[0]"),
@@ -363,6 +403,84 @@ def cases(ns: str, label: str) -> list[Case]:
             "gwproxy-duplicate-port",
             _gwp(ns, {ports: [{"port": 443}, {"port": 443}]}),
             denied("GWProxy", "spec.public-ports[1]: duplicate port/protocol pair 443/TCP"),
+        ),
+        Case(
+            "gwproxy: one listener per port",
+            _gwp(ns, {"gateway": _gw_listeners(("a", 8080, "HTTP"), ("b", 8080, "TCP"))}),
+            denied("GWProxy", "spec.gateway.listeners[1].port: port 8080 is taken by spec.gateway.listeners[0]"),
+        ),
+        Case(
+            "gwproxy: above the account's proxyLimit",
+            _with(_gwp(ns, {"public-address": "192.168.77.4"}), "metadata.name", "gwp-over"),
+            denied(
+                "GWProxy",
+                f"metadata.namespace: Account proxy limit exceeded: {ns} holds 1 GWProxies and Account {ns}'s "
+                "spec.proxyLimit is 1",
+            ),
+        ),
+        Case(
+            "serviceprefix: outside namespace epic",
+            {
+                "apiVersion": "epic.acnodal.io/v1",
+                "kind": "ServicePrefix",
+                "metadata": {"name": "sp", "namespace": ns},
+                "spec": {"public-pool": {"pool": "192.0.2.16/28"}},
+            },
+            denied("ServicePrefix", f"metadata.namespace: ServicePrefixes live in namespace epic, not {ns}"),
+        ),
+        Case(
+            "gwroute: neither http nor tcp",
+            _gwr(ns, {}),
+            defaulting("GWRoute", "spec: exactly one of http, tcp must be set (got none)"),
+        ),
+        Case(
+            "gwroute: no parentRefs",
+            _gwr(ns, _with(_http_route("existing-gwp"), "http.parentRefs", [])),
+            denied("GWRoute", "spec.http.parentRefs: at least one parentRef is required"),
+        ),
+        Case(
+            "gwroute: a path not starting with /",
+            _gwr(ns, _http_route("existing-gwp", path="shop")),
+            denied("GWRoute", "spec.http.rules[0].matches[0].path.value: 'shop' must start with '/'"),
+        ),
+        Case(
+            "gwroute: a negative weight",
+            _gwr(ns, _http_route("existing-gwp", weight=-1)),
+            defaulting(
+                "GWRoute", "spec.http.rules[0].backendRefs[0].weight: Input should be greater than or equal to 0"
+            ),
+        ),
+        Case(
+            "gwroute: a tcp route on an HTTP listener",
+            _gwr(
+                ns,
+                {
+                    "tcp": {
+                        "parentRefs": [{"name": "existing-gwp", "sectionName": "web"}],
+                        "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}],
+                    }
+                },
+            ),
+            denied(
+                "GWRoute",
+                "spec.tcp.parentRefs[0]: GWProxy 'existing-gwp' has no TCP listener 'web' to attach to ('web' is "
+                "HTTP): a tcp route attaches to TCP listeners",
+            ),
+        ),
+        Case(
+            "gwendpointslice: an address not of its addressType",
+            _gwes(ns, "10.0.0.300"),
+            denied("GWEndpointSlice", "spec.endpoints[0].addresses[0]: '10.0.0.300' is not an IPv4 address"),
+        ),
+        Case(
+            "gwendpointslice: no backend uid",
+            _gwes(ns, "10.0.0.3", parent={"name": "web"}),
+            denied("GWEndpointSlice", "spec.parentRef.uid: is required: GWRoute backendRefs name the backend by it"),
+        ),
+        Case(
+            "gwendpointslice: port 0",
+            _gwes(ns, "10.0.0.3", port=0),
+            defaulting("GWEndpointSlice", "spec.ports[0].port: Input should be greater than or equal to 1 (got 0)"),
         ),
         Case(
             "remote-endpoint-address",
@@ -558,7 +676,7 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     """The objects the cross-object cases collide with, in the webhook's cache before the cases run."""
     cls = f"e2e-{webhook.label}"
     webhook.create(_group(ns))
-    webhook.create(_lb(ns, "existing-lb", {"service-id": 1}))
+    webhook.create(_lb(ns, "existing-lb", {"service-id": 1, "public-address": "192.168.77.8"}))
     taken = _with(
         _with(_listener("taken-l", 3000), "udp.cluster.name", "taken-c"), "udp.cluster.endpoints.0.name", "taken-e"
     )
@@ -566,11 +684,18 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     webhook.create(_class(cls))
     webhook.create(_with(_rip(ns, "198.51.100.7", cls), "metadata.name", "existing-rip"))
     webhook.create(_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "existing-rep"))
+    # The test namespace stands for the account of its own name: it may hold one GWProxy, which it does.
+    webhook.create(_with(_account(ns, ns), "spec", {"proxyLimit": 1}))
+    gateway = _gw_listeners(("web", 80, "HTTP"), ("db", 5432, "TCP"))
+    webhook.create(
+        _with(_gwp(ns, {"public-address": "192.168.77.9", "gateway": gateway}), "metadata.name", "existing-gwp")
+    )
     # Watch events reach the webhook's cache a moment after the writes: wait until it refuses duplicates.
     for probe, refusal in (
         (_rip(ns, "198.51.100.7", cls), "already routed"),
         (_vs(ns, _listener("taken-l", 5000)), "already used"),
         (_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "probe"), "registered already"),
+        (_with(_gwp(ns, {"public-address": "192.168.77.5"}), "metadata.name", "probe"), "proxy limit exceeded"),
     ):
         wait_for(
             partial(_refused_with, webhook, probe, refusal),
@@ -665,8 +790,8 @@ def test_every_sample_is_accepted_and_stored_with_its_defaults(
     for document in documents:
         model = kind_for(document["apiVersion"], document["kind"])
         complete = model.model_validate(document).to_wire()["spec"]
-        if document["kind"] == "EPIC":  # the singleton lives in `epic`: only a dry run there
-            stored: Obj | None = _dry_run_singleton(webhook, document, epic_namespace)
+        if document["kind"] in ("EPIC", "ServicePrefix"):  # these live in `epic`: only a dry run there
+            stored: Obj | None = _dry_run_in_epic(webhook, document, epic_namespace)
         else:
             webhook.create(document)
             metadata = document["metadata"]
@@ -680,19 +805,21 @@ def test_every_sample_is_accepted_and_stored_with_its_defaults(
     assert webhook.get("LBServiceGroup", "sample", namespace) is not None
 
 
-def _dry_run_singleton(webhook: Webhook, document: Obj, namespace: str) -> Obj:
+def _dry_run_in_epic(webhook: Webhook, document: Obj, namespace: str) -> Obj:
     document = _with(document, "metadata.namespace", namespace)
     try:
         return webhook.create(document, dry_run=True)
     except client.ApiException as error:
         if error.status != 409:
             raise
-    existing = webhook.get("EPIC", "epic", namespace)
+    kind, name = document["kind"], document["metadata"]["name"]
+    existing = webhook.get(kind, name, namespace)
     assert existing is not None
     replacement = webhook.labelled({**document, "metadata": {**existing["metadata"], **document["metadata"]}})
     replacement["metadata"]["labels"] = {**existing["metadata"].get("labels", {}), LABEL: webhook.label}
+    info = INFO[kind]
     stored = webhook.custom.replace_namespaced_custom_object(
-        "epic.acnodal.io", "v1", namespace, "epics", "epic", replacement, dry_run="All"
+        info.group, info.version, namespace, info.plural, name, replacement, dry_run="All"
     )
     return cast(Obj, stored)
 

@@ -202,3 +202,42 @@ def test_udp_session_bounds_name_the_field(field: str, value: int, rule: str) ->
         )
     (error,) = caught.value.errors()
     assert (error["loc"], rule in error["msg"]) == (("spec", field), True)
+
+
+def _route(spec: dict[str, object]) -> dict[str, object]:
+    return {"apiVersion": "epic.acnodal.io/v1", "kind": "GWRoute", "metadata": {"name": "r"}, "spec": spec}
+
+
+def test_a_gwroute_is_exactly_one_of_http_and_tcp() -> None:
+    with pytest.raises(ValidationError, match=r"exactly one of http, tcp must be set \(got none\)"):
+        parse(_route({}))
+    tcp = {"parentRefs": [{"name": "p"}], "rules": [{"backendRefs": [{"name": "b", "port": 5432}]}]}
+    with pytest.raises(ValidationError, match=r"exactly one of http, tcp must be set \(got http, tcp\)"):
+        parse(_route({"http": {}, "tcp": tcp}))
+    assert [ref.name for ref in epic.GWRoute.model_validate(_route({"tcp": tcp})).spec.parent_refs] == ["p"]
+
+
+def test_an_http_route_has_the_gateway_api_defaults() -> None:
+    route = epic.GWRoute.model_validate(_route({"http": {"parentRefs": [{"name": "p"}]}}))
+    assert route.to_wire()["spec"]["http"]["rules"] == [
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/"}, "headers": []}], "backendRefs": []}
+    ]
+    weighted = {"parentRefs": [{"name": "p"}], "rules": [{"backendRefs": [{"name": "b", "weight": -1}]}]}
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        parse(_route({"http": weighted}))
+
+
+def test_an_endpoint_without_a_ready_condition_is_ready() -> None:
+    spec = epic.GWEndpointSliceSpec.model_validate(
+        {
+            "parentRef": {"uid": "web"},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"], "conditions": {"ready": False}}],
+        }
+    )
+    assert [e.ready for e in spec.endpoints] == [True, False]
+
+
+def test_an_account_allows_twenty_proxies_by_default() -> None:
+    assert epic.AccountSpec().proxy_limit == 20
+    assert epic.AccountSpec.model_validate({"proxyLimit": 3}).to_wire() == {"proxyLimit": 3}

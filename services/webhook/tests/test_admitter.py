@@ -25,7 +25,9 @@ async def test_validation_waits_until_every_kind_is_listed(sample: Sample, make_
     status, answer = await admitter.handle(kind_of(Goop), "validate", body)
     assert status == 200 and answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 503
-    assert answer["response"]["status"]["message"].startswith("the webhook has not listed ClusterRoutedIPClass")
+    assert answer["response"]["status"]["message"].startswith(
+        "the webhook has not listed Account, ClusterRoutedIPClass"
+    )
     assert (await admitter.handle(kind_of(Goop), "mutate", body))[1]["response"]["allowed"] is True, "defaulting"
     for kind in store.kinds:
         asyncio.get_running_loop().call_later(0.05, store.replace, kind, [])

@@ -39,6 +39,9 @@ def translate_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str,
         "VirtualService": world.set_virtual_service,
         "LoadBalancer": world.set_load_balancer,
         "RemoteEndpoint": world.set_remote_endpoint,
+        "GWProxy": world.set_gw_proxy,
+        "GWRoute": world.set_gw_route,
+        "GWEndpointSlice": world.set_gw_endpoint_slice,
         "Pod": world.set_pod,
     }
     for obj in objects:
@@ -99,4 +102,18 @@ LOAD_BALANCER_CASES = sorted(GOLDEN.glob("loadbalancer-*.input.yaml"))
 
 @pytest.mark.parametrize("case", LOAD_BALANCER_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
 def test_load_balancer_ports(case: Path) -> None:
+    check(case.name.removesuffix(".input.yaml"), translate_objects(load(case)))
+
+
+def test_gateway_proxy_samples() -> None:
+    samples = [SAMPLES / f"{kind}.yaml" for kind in ("gwproxy", "gwroute", "gwendpointslice")]
+    objects = [obj for sample in samples for obj in load(sample)] + load(GOLDEN / "gwproxy.input.yaml")
+    check("gwproxy", translate_objects(objects))
+
+
+GATEWAY_PROXY_CASES = sorted(GOLDEN.glob("gwproxy-*.input.yaml"))
+
+
+@pytest.mark.parametrize("case", GATEWAY_PROXY_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
+def test_gateway_proxy_routes(case: Path) -> None:
     check(case.name.removesuffix(".input.yaml"), translate_objects(load(case)))

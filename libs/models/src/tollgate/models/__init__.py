@@ -3,7 +3,17 @@
 from typing import Any
 
 from tollgate.models.base import Condition, CustomResource, ResourceInfo, Status, WireModel
-from tollgate.models.epic import EPIC, Account, GWProxy, LBServiceGroup, LoadBalancer, RemoteEndpoint, ServicePrefix
+from tollgate.models.epic import (
+    EPIC,
+    Account,
+    GWEndpointSlice,
+    GWProxy,
+    GWRoute,
+    LBServiceGroup,
+    LoadBalancer,
+    RemoteEndpoint,
+    ServicePrefix,
+)
 from tollgate.models.goop import Goop
 from tollgate.models.routedip import ClusterRoutedIPClass, RoutedIP
 from tollgate.models.servicemesh import VirtualService
@@ -14,6 +24,8 @@ ALL_KINDS: tuple[type[CustomResource[Any, Any]], ...] = (
     ServicePrefix,
     LBServiceGroup,
     GWProxy,
+    GWRoute,
+    GWEndpointSlice,
     LoadBalancer,
     RemoteEndpoint,
     VirtualService,
@@ -43,7 +55,9 @@ __all__ = [
     "ClusterRoutedIPClass",
     "Condition",
     "CustomResource",
+    "GWEndpointSlice",
     "GWProxy",
+    "GWRoute",
     "Goop",
     "LBServiceGroup",
     "LoadBalancer",

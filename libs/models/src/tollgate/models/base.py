@@ -24,6 +24,13 @@ class WireModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def exactly_one(model: WireModel, *fields: str) -> None:
+    """Refuse a model where not exactly one of `fields` is set (a oneOf of optional blocks)."""
+    present = [name for name in fields if getattr(model, name) is not None]
+    if len(present) != 1:
+        raise ValueError(f"exactly one of {', '.join(fields)} must be set (got {', '.join(present) or 'none'})")
+
+
 OPAQUE_MARK = "x-tollgate-opaque"
 
 

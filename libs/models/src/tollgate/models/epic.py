@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tollgate.models import udp
-from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, opaque
+from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, exactly_one
+from tollgate.models.gateway import Endpoint, EndpointPort, GatewaySpec, HTTPRouteSpec, ParentReference, TCPRouteSpec
 
 GROUP = "epic.acnodal.io"
 VERSION = "v1"
@@ -21,6 +22,7 @@ USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
 ACCOUNT_LABEL = "epic.acnodal.io/account"
 LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
 GWPROXY_LABEL = "epic.acnodal.io/gwproxy"
+DEFAULT_PROXY_LIMIT = 20
 GUE_PORT = 6080
 DEFAULT_CLUSTER = "default"
 MAX_TUNNEL_ID = 2**32 - 1
@@ -144,6 +146,12 @@ class EPIC(CustomResource[EPICSpec, EPICStatus]):
 
 class AccountSpec(WireModel):
     display_name: str | None = Field(default=None, alias="display-name", max_length=253)
+    proxy_limit: int = Field(
+        default=DEFAULT_PROXY_LIMIT,
+        alias="proxyLimit",
+        ge=0,
+        description="Most GWProxies the account may have (checked when one is created).",
+    )
 
 
 class AccountStatus(Status):
@@ -165,7 +173,9 @@ class Account(CustomResource[AccountSpec, AccountStatus]):
         short_names=["acct"],
         categories=["tollgate", "epic"],
         description="An EPIC account; it lives in its user namespace.",
-        printer_columns=_columns(("Namespace", "string", ".status.namespace"), _READY, _AGE),
+        printer_columns=_columns(
+            ("Namespace", "string", ".status.namespace"), ("Proxy-Limit", "integer", ".spec.proxyLimit"), _READY, _AGE
+        ),
     )
 
 
@@ -405,7 +415,9 @@ class LoadBalancer(CustomResource[LoadBalancerSpec, LoadBalancerStatus]):
 
 
 class GWProxySpec(ProxySpec):
-    gateway: dict[str, object] | None = opaque("The Gateway API listeners this proxy implements.")
+    gateway: GatewaySpec | None = Field(
+        default=None, description="The Gateway API GatewaySpec whose listeners this proxy's Envoys serve."
+    )
 
 
 class GWProxyStatus(ProxyStatus):
@@ -467,6 +479,90 @@ class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
             ("Node", "string", ".spec.node-address"),
             ("Tunnel-ID", "integer", ".status.tunnel-id"),
             _READY,
+            _AGE,
+        ),
+    )
+
+
+class ClientRef(WireModel):
+    """The object in a client cluster that an EPIC object stands for."""
+
+    cluster_id: str | None = Field(default=None, alias="clusterID")
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+
+
+class GWRouteSpec(WireModel):
+    client_ref: ClientRef | None = Field(default=None, alias="clientRef")
+    http: HTTPRouteSpec | None = Field(default=None, description="A Gateway API HTTPRouteSpec.")
+    tcp: TCPRouteSpec | None = Field(default=None, description="A Gateway API TCPRouteSpec.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> GWRouteSpec:
+        exactly_one(self, "http", "tcp")
+        return self
+
+    @property
+    def parent_refs(self) -> list[ParentReference]:
+        route = self.http if self.http is not None else self.tcp
+        return route.parent_refs if route is not None else []
+
+
+class GWRouteStatus(Status):
+    pass
+
+
+class GWRoute(CustomResource[GWRouteSpec, GWRouteStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="GWRoute",
+        plural="gwroutes",
+        short_names=["gwr"],
+        categories=["tollgate", "epic"],
+        description="Gateway API routes (http or tcp) attached to GWProxies through parentRefs.",
+        printer_columns=_columns(
+            ("HTTP-Parent", "string", ".spec.http.parentRefs[0].name"),
+            ("TCP-Parent", "string", ".spec.tcp.parentRefs[0].name"),
+            ("Hostnames", "string", ".spec.http.hostnames"),
+            _AGE,
+        ),
+    )
+
+
+class GWEndpointSliceSpec(WireModel):
+    """A discovery/v1 EndpointSlice (addressType, endpoints, ports) inlined, with the backend it serves."""
+
+    client_ref: ClientRef | None = Field(default=None, alias="clientRef")
+    parent_ref: ClientRef = Field(
+        alias="parentRef", description="The backend: `uid` is the name GWRoute backendRefs use for it."
+    )
+    address_type: Literal["IPv4", "IPv6", "FQDN"] = Field(alias="addressType")
+    endpoints: list[Endpoint] = Field(default_factory=list, max_length=1000)
+    ports: list[EndpointPort] = Field(default_factory=list, max_length=100)
+    node_addresses: dict[str, str] = Field(
+        default_factory=dict, alias="nodeAddresses", description="Node name -> IP address of the endpoints' nodes."
+    )
+
+
+class GWEndpointSliceStatus(Status):
+    pass
+
+
+class GWEndpointSlice(CustomResource[GWEndpointSliceSpec, GWEndpointSliceStatus]):
+    resource = ResourceInfo(
+        group=GROUP,
+        version=VERSION,
+        kind="GWEndpointSlice",
+        plural="gwendpointslices",
+        short_names=["gwes"],
+        categories=["tollgate", "epic"],
+        description="Endpoints of a GWRoute backend (an EndpointSlice of a client cluster).",
+        printer_columns=_columns(
+            ("Backend", "string", ".spec.parentRef.uid"),
+            ("Address-Type", "string", ".spec.addressType"),
+            ("Port", "integer", ".spec.ports[0].port"),
             _AGE,
         ),
     )

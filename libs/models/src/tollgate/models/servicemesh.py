@@ -7,19 +7,13 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tollgate.models import udp
-from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel
+from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, exactly_one
 
 GROUP = "servicemesh.l7mp.io"
 VERSION = "v1"
 MIN_HEALTH_CHECK_INTERVAL_MS = 500
 
 ServiceDiscovery = Literal["strictdns", "eds"]
-
-
-def _exactly_one(model: WireModel, *fields: str) -> None:
-    present = [name for name in fields if getattr(model, name) is not None]
-    if len(present) != 1:
-        raise ValueError(f"exactly one of {', '.join(fields)} must be set (got {', '.join(present) or 'none'})")
 
 
 class HealthCheck(WireModel):
@@ -42,7 +36,7 @@ class Host(WireModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> Host:
-        _exactly_one(self, "selector", "address")
+        exactly_one(self, "selector", "address")
         return self
 
 
@@ -86,7 +80,7 @@ class Listener(WireModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> Listener:
-        _exactly_one(self, "udp", "tcp")
+        exactly_one(self, "udp", "tcp")
         return self
 
     @property

@@ -1,6 +1,7 @@
-"""Loopback UDP/TCP echo servers and one-shot clients for tests.
+"""Loopback UDP/TCP/HTTP echo servers and one-shot clients for tests.
 
-Every echo reply is ``name.encode() + b":" + payload`` so a test can tell which server answered.
+Every echo reply is ``name.encode() + b":" + payload`` (for HTTP, the request path as the payload) so a test can
+tell which server answered.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import contextlib
 from types import TracebackType
 from typing import Self, cast
 
-__all__ = ["TCPEcho", "TCPListener", "UDPEcho", "tcp_request", "udp_request"]
+from aiohttp import web
+
+__all__ = ["HTTPEcho", "TCPEcho", "TCPListener", "UDPEcho", "tcp_request", "udp_request"]
 
 _READ_SIZE = 65536
 
@@ -169,6 +172,32 @@ class TCPListener(_StreamServer):
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         return None
+
+
+class HTTPEcho(_Server):
+    """HTTP server answering every request with ``name:path``; ``received`` counts requests."""
+
+    def __init__(self, host: str, port: int, *, name: str) -> None:
+        super().__init__(host, port)
+        self.name = name
+        self.received = 0
+        self._runner: web.AppRunner | None = None
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        self.received += 1
+        return web.Response(text=f"{self.name}:{request.path}")
+
+    async def _open(self) -> int:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._answer)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        return self.port
+
+    async def _close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
 class _UDPClientProtocol(asyncio.DatagramProtocol):

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -22,7 +22,9 @@ from tollgate.models import (
     ClusterRoutedIPClass,
     CustomResource,
     Goop,
+    GWEndpointSlice,
     GWProxy,
+    GWRoute,
     LBServiceGroup,
     LoadBalancer,
     RemoteEndpoint,
@@ -30,7 +32,17 @@ from tollgate.models import (
     ServicePrefix,
     VirtualService,
 )
-from tollgate.models.epic import SINGLETON_NAME, SYSTEM_NAMESPACE, RemoteEndpointSpec, account_namespace
+from tollgate.models.epic import (
+    DEFAULT_PROXY_LIMIT,
+    SINGLETON_NAME,
+    SYSTEM_NAMESPACE,
+    AccountSpec,
+    GWProxySpec,
+    RemoteEndpointSpec,
+    account_namespace,
+    account_of,
+)
+from tollgate.models.gateway import GatewaySpec, HTTPRouteSpec, ParentReference, TCPRouteSpec, named_listeners
 from tollgate.models.routedip import parse_port_range
 from tollgate.models.servicemesh import PortListener, UdpListener
 from tollgate.webhook.kinds import Model
@@ -42,6 +54,8 @@ DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+# An HTTP field name (RFC 9110 token).
+HEADER_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 THIS_NETWORK = IPv4Network("0.0.0.0/8")
 
 
@@ -176,9 +190,10 @@ INDEXES: dict[Model, dict[str, IndexFunc]] = {
         "port-label": _port_labels,
         "port-label-value": _port_label_values,
     },
+    Account: {},
     LBServiceGroup: {},
     LoadBalancer: {"public-address": _scalar("public-address")},
-    GWProxy: {"public-address": _scalar("public-address")},
+    GWProxy: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]]},
     RemoteEndpoint: {"identity": _endpoint_identity},
     ClusterRoutedIPClass: {"className": _scalar("className")},
     RoutedIP: {"routedIP": _routed_ip_key},
@@ -329,6 +344,157 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
         if before is not None and spec.service_id != before:
             now = "unset" if spec.service_id is None else spec.service_id
             yield Violation("spec.service-id", f"is immutable once set (was {before}, now {now})")
+
+
+def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
+    yield from _proxy(resource, review)
+    gateway = resource.spec.gateway or GatewaySpec()
+    names: dict[str, str] = {}
+    ports: dict[int, str] = {}
+    for index, listener in enumerate(gateway.listeners):
+        field = f"spec.gateway.listeners[{index}]"
+        yield from _unique_within(names, listener.name, f"{field}.name", "listener")
+        first = ports.setdefault(listener.port, field)
+        if first != field:
+            yield Violation(
+                f"{field}.port",
+                f"port {listener.port} is taken by {first}: one listener per port (each is its own Envoy listener)",
+            )
+        if listener.hostname is not None:
+            yield from _hostname(listener.hostname, f"{field}.hostname")
+    if review.old_spec is None:
+        yield from _proxy_limit(review)
+
+
+def _proxy_limit(review: Review) -> Iterator[Violation]:
+    """EPIC's Account proxyLimit: an account (its user namespace) holds at most that many GWProxies."""
+    account = account_of(review.namespace)
+    stored = review.view.get(Account.resource.kind, review.namespace, account)
+    spec = _parsed(AccountSpec, _spec(stored)) if stored is not None else None
+    limit = spec.proxy_limit if spec is not None else DEFAULT_PROXY_LIMIT
+    held = [obj for obj in review.existing(GWProxy, "namespace", review.namespace) if identity(obj) != review.identity]
+    if len(held) >= limit:
+        whose = f"Account {account}'s spec.proxyLimit" if spec is not None else "the default proxyLimit (no Account)"
+        yield Violation(
+            "metadata.namespace",
+            f"Account proxy limit exceeded: {review.namespace} holds {len(held)} GWProxies and {whose} is {limit}",
+        )
+
+
+def _hostname(hostname: str, field: str) -> Iterator[Violation]:
+    name = hostname.removeprefix("*.")
+    if len(hostname) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name) or _is_ip(name):
+        yield Violation(
+            field,
+            f"{hostname!r} is not a DNS name (lower-case DNS-1123 subdomain, optionally after a leading '*.'; "
+            "no IP address, no port)",
+        )
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _route_parents(parents: list[ParentReference], protocol: str, base: str, review: Review) -> Iterator[Violation]:
+    """Each parentRef names a GWProxy of the route's namespace; where that proxy is known, a listener of the
+    route's protocol (narrowed by sectionName and port) must be there for the route to attach to."""
+    if not parents:
+        yield Violation(f"{base}.parentRefs", "at least one parentRef is required: it names the GWProxy to attach to")
+    for index, parent in enumerate(parents):
+        field = f"{base}.parentRefs[{index}]"
+        if parent.namespace not in (None, review.namespace):
+            yield Violation(
+                f"{field}.namespace",
+                f"routes attach to GWProxies of their own namespace ({review.namespace}), not {parent.namespace}",
+            )
+        stored = review.view.get(GWProxy.resource.kind, review.namespace, parent.name)
+        proxy = _parsed(GWProxySpec, _spec(stored)) if stored is not None else None
+        if proxy is None:
+            continue  # a route may come before its proxy, as a Gateway API route before its Gateway
+        named = named_listeners(parent, (proxy.gateway or GatewaySpec()).listeners)
+        if not any(listener.protocol == protocol for listener in named):
+            which = f"listener {parent.section_name!r}" if parent.section_name is not None else "listener"
+            port = f" on port {parent.port}" if parent.port is not None else ""
+            found = f" ({', '.join(f'{item.name!r} is {item.protocol}' for item in named)})" if named else ""
+            yield Violation(
+                field,
+                f"GWProxy {parent.name!r} has no {protocol} {which}{port} to attach to{found}: a "
+                f"{'tcp' if protocol == 'TCP' else 'http'} route attaches to {protocol} listeners",
+            )
+
+
+def _http_route(route: HTTPRouteSpec, review: Review) -> Iterator[Violation]:
+    base = "spec.http"
+    yield from _route_parents(route.parent_refs, "HTTP", base, review)
+    for index, hostname in enumerate(route.hostnames):
+        yield from _hostname(hostname, f"{base}.hostnames[{index}]")
+    for number, rule in enumerate(route.rules):
+        for index, match in enumerate(rule.matches):
+            field = f"{base}.rules[{number}].matches[{index}]"
+            if not match.path.value.startswith("/"):
+                yield Violation(f"{field}.path.value", f"{match.path.value!r} must start with '/'")
+            for header_index, header in enumerate(match.headers):
+                if not HEADER_NAME.fullmatch(header.name):
+                    yield Violation(
+                        f"{field}.headers[{header_index}].name",
+                        f"{header.name!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)",
+                    )
+
+
+def _tcp_route(route: TCPRouteSpec, review: Review) -> Iterator[Violation]:
+    base = "spec.tcp"
+    yield from _route_parents(route.parent_refs, "TCP", base, review)
+    for number, rule in enumerate(route.rules):
+        if not rule.backend_refs:
+            yield Violation(f"{base}.rules[{number}].backendRefs", "at least one backendRef is required")
+
+
+def _gw_route(resource: GWRoute, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    if spec.http is not None:
+        yield from _http_route(spec.http, review)
+    if spec.tcp is not None:
+        yield from _tcp_route(spec.tcp, review)
+
+
+ADDRESS_TYPES: dict[str, type[IPv4Address | IPv6Address]] = {"IPv4": IPv4Address, "IPv6": IPv6Address}
+
+
+def _gw_endpoint_slice(resource: GWEndpointSlice, review: Review) -> Iterator[Violation]:
+    spec = resource.spec
+    if not spec.parent_ref.uid:
+        yield Violation("spec.parentRef.uid", "is required: GWRoute backendRefs name the backend by it")
+    address = ADDRESS_TYPES.get(spec.address_type)
+    if address is None:
+        yield Violation(
+            "spec.addressType", f"{spec.address_type} is not supported: Envoy's EDS takes IPv4 or IPv6 addresses"
+        )
+    for index, endpoint in enumerate(spec.endpoints):
+        for number, text in enumerate(endpoint.addresses):
+            try:
+                if address is not None:
+                    address(text)
+            except ValueError:
+                yield Violation(
+                    f"spec.endpoints[{index}].addresses[{number}]",
+                    f"{text!r} is not an {spec.address_type} address (addressType {spec.address_type})",
+                )
+    names: dict[str, str] = {}
+    for index, port in enumerate(spec.ports):
+        field = f"spec.ports[{index}]"
+        if port.port is None:
+            yield Violation(f"{field}.port", "is required: the Envoys connect to the endpoints on this port")
+        if port.name is not None:
+            yield from _unique_within(names, port.name, f"{field}.name", "port")
+    for node, text in spec.node_addresses.items():
+        try:
+            IPv4Address(text) if "." in text else IPv6Address(text)
+        except ValueError:
+            yield Violation(f"spec.nodeAddresses[{node}]", f"{text!r} is not an IP address")
 
 
 def _selector_text(selector: Mapping[str, Any]) -> str:
@@ -516,7 +682,9 @@ RULES: dict[Model, Rule] = {
     Account: _account,
     LBServiceGroup: _none,
     LoadBalancer: _proxy,
-    GWProxy: _proxy,
+    GWProxy: _gw_proxy,
+    GWRoute: _gw_route,
+    GWEndpointSlice: _gw_endpoint_slice,
     ServicePrefix: _service_prefix,
     RemoteEndpoint: _remote_endpoint,
     VirtualService: _virtual_service,

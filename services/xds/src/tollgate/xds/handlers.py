@@ -19,6 +19,9 @@ WATCHED = {
     "virtualservices": (servicemesh.GROUP, servicemesh.VERSION, World.set_virtual_service),
     "loadbalancers": (epic.GROUP, epic.VERSION, World.set_load_balancer),
     "remoteendpoints": (epic.GROUP, epic.VERSION, World.set_remote_endpoint),
+    "gwproxies": (epic.GROUP, epic.VERSION, World.set_gw_proxy),
+    "gwroutes": (epic.GROUP, epic.VERSION, World.set_gw_route),
+    "gwendpointslices": (epic.GROUP, epic.VERSION, World.set_gw_endpoint_slice),
     "pods": ("", "v1", World.set_pod),
 }
 

@@ -1,7 +1,8 @@
 """The intermediate representation between the CRs and Envoy: what one source asks of the Envoys it selects.
 
 Every value is frozen and hashable, so that the Envoy resources built from a unit can be cached by the unit
-itself. A *source* is one VirtualService or one LoadBalancer; a *unit* is one listener with its cluster.
+itself. A *source* is one VirtualService, LoadBalancer or GWProxy; a *unit* is one listener with its clusters: one
+for a VirtualService or LoadBalancer listener, those of its routes for a GWProxy's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Literal
 
 Protocol = Literal["UDP", "TCP"]
 Discovery = Literal["STRICT_DNS", "EDS"]
-SourceKind = Literal["VirtualService", "LoadBalancer"]
+SourceKind = Literal["VirtualService", "LoadBalancer", "GWProxy"]
+PathType = Literal["Exact", "PathPrefix"]
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -73,15 +75,59 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class Backend:
+    """A share of traffic: `weight` parts of the sum of the weights of its siblings."""
+
+    cluster: Cluster
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Route:
+    """Requests whose path (exact, or by path segments under a prefix) and headers match go to `backends`; with no
+    backend they are answered 500 (the Gateway API's answer for a rule without a valid backend)."""
+
+    path_type: PathType
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    backends: tuple[Backend, ...]
+
+
+@dataclass(frozen=True)
+class VirtualHost:
+    name: str
+    domains: tuple[str, ...]
+    routes: tuple[Route, ...]
+
+
+@dataclass(frozen=True)
 class Listener:
     name: str
     protocol: Protocol
     port: int
-    cluster: Cluster
+    # Where connections or sessions go; one backend for a VirtualService or LoadBalancer listener.
+    backends: tuple[Backend, ...]
+    # Set for an HTTP listener: requests are routed by host, path and headers to the routes' backends instead.
+    virtual_hosts: tuple[VirtualHost, ...] | None = None
     # Where the unit comes from in its source, for messages: "spec.listeners[0]" or "spec.public-ports[1]".
     path: str = field(default="", compare=False)
     # The address to listen on instead of the Envoy's own (a load balancer's public address).
     bind: str | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster of a listener with one backend (every VirtualService and LoadBalancer listener)."""
+        return self.backends[0].cluster
+
+    @functools.cached_property
+    def clusters(self) -> tuple[Cluster, ...]:
+        """Every cluster the listener sends to, once each, in order of first use."""
+        found = {backend.cluster.name: backend.cluster for backend in self.backends}
+        for host in self.virtual_hosts or ():
+            for route in host.routes:
+                for backend in route.backends:
+                    found.setdefault(backend.cluster.name, backend.cluster)
+        return tuple(found.values())
 
 
 @dataclass(frozen=True)
@@ -107,8 +153,14 @@ class Source:
         return (
             frozenset(u.name for u in self.units),
             frozenset((u.protocol, u.port) for u in self.units),
-            frozenset(u.cluster.name for u in self.units),
+            frozenset(c.name for u in self.units for c in u.clusters),
         )
+
+    @functools.cached_property
+    def self_disjoint(self) -> bool:
+        """No two units of this source share a listener name, a port or a cluster."""
+        names, ports, clusters = self.claims
+        return len(names) == len(ports) == len(self.units) and len(clusters) == sum(len(u.clusters) for u in self.units)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Writes what the xDS server knows back to the VirtualServices: status, and Events for decisions.
+"""Writes what the xDS server knows back to the VirtualServices: status, and Events for decisions; a GWProxy's
+spec errors (routes that attach to none of its listeners) as Events on it.
 
 Runs a pass when the server's state changed (at most once per `interval`): Envoys connecting, ACKing or
 NACKing, and changes to the objects. A status is written only when it differs from the last one written.
@@ -97,6 +98,10 @@ class StatusReporter:
         for source in self.server.sources:
             ref = source.ref
             key = (ref.namespace, ref.name)
+            proxy = self.server.world.gw_proxies.get(key) if ref.kind == "GWProxy" else None
+            if proxy is not None:
+                # A GWProxy's status is the allocator's: what does not translate is told in Events.
+                await self._tell(dict(proxy), key, "gwproxy-errors", "Warning", "Invalid", "; ".join(source.errors))
             obj = objects.get(key)
             if ref.kind != "VirtualService" or obj is None:
                 continue

@@ -17,9 +17,14 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, config_source_pb2, extension_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.config.route.v3 import route_pb2 as http_route_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2, udp_proxy_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, duration_pb2, json_format, wrappers_pb2
 from google.protobuf.message import Message
 
@@ -36,6 +41,9 @@ SHORT_NAMES = {CLUSTER: "clusters", ENDPOINT: "endpoints", LISTENER: "listeners"
 
 UDP_PROXY_FILTER = "envoy.filters.udp_listener.udp_proxy"
 TCP_PROXY_FILTER = "envoy.filters.network.tcp_proxy"
+HTTP_CONNECTION_MANAGER_FILTER = "envoy.filters.network.http_connection_manager"
+ROUTER_FILTER = "envoy.filters.http.router"
+NO_BACKEND_STATUS = 500
 CONNECT_TIMEOUT_MS = 1000
 
 
@@ -88,6 +96,66 @@ def _socket(address: str, port: int, protocol: ir.Protocol = "TCP") -> address_p
     )
 
 
+def _route(model: ir.Route) -> route_components_pb2.Route:
+    match = route_components_pb2.RouteMatch(
+        headers=[
+            route_components_pb2.HeaderMatcher(name=name, string_match=string_pb2.StringMatcher(exact=value))
+            for name, value in model.headers
+        ]
+    )
+    if model.path_type == "Exact":
+        match.path = model.path
+    elif model.path.rstrip("/"):
+        # Gateway API prefixes match whole path segments: /shop matches /shop and /shop/cart, not /shopping.
+        match.path_separated_prefix = model.path.rstrip("/")
+    else:
+        match.prefix = "/"
+    route = route_components_pb2.Route(match=match)
+    backends = [b for b in model.backends if b.weight > 0]
+    if not backends:
+        route.direct_response.status = NO_BACKEND_STATUS
+    elif len(backends) == 1:
+        route.route.cluster = backends[0].cluster.name
+    else:
+        route.route.weighted_clusters.clusters.extend(
+            route_components_pb2.WeightedCluster.ClusterWeight(
+                name=b.cluster.name, weight=wrappers_pb2.UInt32Value(value=b.weight)
+            )
+            for b in backends
+        )
+    return route
+
+
+def _http_connection_manager(unit: ir.Listener, hosts: tuple[ir.VirtualHost, ...]) -> hcm_pb2.HttpConnectionManager:
+    return hcm_pb2.HttpConnectionManager(
+        stat_prefix=unit.name,
+        # Virtual hosts match the Host header without its port, as Gateway API hostnames have none.
+        strip_any_host_port=True,
+        route_config=http_route_pb2.RouteConfiguration(
+            name=unit.name,
+            virtual_hosts=[
+                route_components_pb2.VirtualHost(
+                    name=host.name, domains=list(host.domains), routes=[_route(r) for r in host.routes]
+                )
+                for host in hosts
+            ],
+        ),
+        http_filters=[hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=_pack(router_pb2.Router()))],
+    )
+
+
+def _tcp_proxy(unit: ir.Listener) -> tcp_proxy_pb2.TcpProxy:
+    tcp = tcp_proxy_pb2.TcpProxy(stat_prefix=unit.name)
+    backends = [b for b in unit.backends if b.weight > 0]
+    if len(backends) == 1:
+        tcp.cluster = backends[0].cluster.name
+    else:
+        tcp.weighted_clusters.clusters.extend(
+            tcp_proxy_pb2.TcpProxy.WeightedCluster.ClusterWeight(name=b.cluster.name, weight=b.weight) for b in backends
+        )
+    return tcp
+
+
 def listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
     """The unit's listener on `address`, or on the unit's own bind address: with `freebind`, so that Envoy listens
     on a public address before (or without) it being on the pod's interface."""
@@ -118,13 +186,16 @@ def _listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
             udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
             listener_filters=[listener_components_pb2.ListenerFilter(name=UDP_PROXY_FILTER, typed_config=_pack(proxy))],
         )
-    tcp = tcp_proxy_pb2.TcpProxy(stat_prefix=unit.name, cluster=unit.cluster.name)
+    if unit.virtual_hosts is not None:
+        name, config = HTTP_CONNECTION_MANAGER_FILTER, _pack(_http_connection_manager(unit, unit.virtual_hosts))
+    else:
+        name, config = TCP_PROXY_FILTER, _pack(_tcp_proxy(unit))
     return listener_pb2.Listener(
         name=unit.name,
         address=_socket(address, unit.port),
         filter_chains=[
             listener_components_pb2.FilterChain(
-                filters=[listener_components_pb2.Filter(name=TCP_PROXY_FILTER, typed_config=_pack(tcp))]
+                filters=[listener_components_pb2.Filter(name=name, typed_config=config)]
             )
         ],
     )
@@ -214,9 +285,9 @@ def cluster_resources(owner: ir.SourceRef, model: ir.Cluster, dns: DNS) -> tuple
 
 def unit_resources(
     owner: ir.SourceRef, unit: ir.Listener, address: str, dns: DNS
-) -> tuple[Resource, Resource, Resource | None]:
-    """Listener, cluster and (for EDS clusters) load assignment of one unit, cached by the unit itself."""
-    return (listener_resource(owner, unit, address), *cluster_resources(owner, unit.cluster, dns))
+) -> tuple[Resource, list[tuple[Resource, Resource | None]]]:
+    """Listener, and each cluster with (for EDS clusters) its load assignment, of one unit, cached by the unit."""
+    return listener_resource(owner, unit, address), [cluster_resources(owner, c, dns) for c in unit.clusters]
 
 
 class ResourceCache:
@@ -237,11 +308,12 @@ class ResourceCache:
         return built
 
     def _add(self, result: Resources, owner: ir.SourceRef, unit: ir.Listener, address: str) -> None:
-        listener_resource, cluster_resource, endpoints = unit_resources(owner, unit, address, self.dns)
+        listener_resource, clusters = unit_resources(owner, unit, address, self.dns)
         result[LISTENER][listener_resource.name] = listener_resource
-        result[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
-        if endpoints is not None:
-            result[ENDPOINT].setdefault(endpoints.name, endpoints)
+        for cluster_resource, endpoints in clusters:
+            result[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
+            if endpoints is not None:
+                result[ENDPOINT].setdefault(endpoints.name, endpoints)
 
     def proxy(self, config: ir.ProxyConfig, address: str) -> Resources:
         """Every resource one Envoy is served, by type URL and name."""

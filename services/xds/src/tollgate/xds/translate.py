@@ -6,6 +6,12 @@
   account), bound to its `public-address` when it has one, each forwarding to the RemoteEndpoints its
   targetPort reaches (`epic.reaches`: same protocol, and the endpoint port's number or name is the target),
   once the allocator has made them Ready.
+- A GWProxy's Gateway listeners become listeners on its Envoy proxies (pods labelled with its name and account),
+  bound to its `public-address` when it has one:
+  an HTTP listener routes by host, path and headers to the backends of the GWRoutes attached to it, a TCP
+  listener forwards to its TCP route's backends. A backendRef named N reaches the Ready endpoints of the
+  GWEndpointSlices whose `spec.parentRef.uid` is N (EPIC's glue), at the slice port numbered like the backendRef's
+  port, else the slice's first TCP port.
 - Where sources that apply to one Envoy define the same listener name, cluster name or port, the oldest
   source keeps it and the other's unit is left out; both are told (see `Conflict`).
 """
@@ -13,12 +19,22 @@
 from __future__ import annotations
 
 import ipaddress
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tollgate.models import epic
-from tollgate.models.epic import LoadBalancer, RemoteEndpoint
+from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
+from tollgate.models.gateway import (
+    BackendRef,
+    EndpointPort,
+    GatewayListener,
+    GatewaySpec,
+    HTTPRouteMatch,
+    HTTPRouteSpec,
+    named_listeners,
+)
 from tollgate.models.servicemesh import HealthCheck, UdpListener, VirtualService
 from tollgate.xds import ir
 
@@ -126,13 +142,17 @@ def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
                 protocol=listener.protocol,
                 port=spec.port,
                 path=path,
-                cluster=ir.Cluster(
-                    name=cluster.name,
-                    discovery=discovery,
-                    endpoints=tuple(endpoints),
-                    hash_key=cluster.hash_key,
-                    health_check=_health_check(cluster.health_check),
-                    udp=_udp_sessions(listener.udp),
+                backends=(
+                    ir.Backend(
+                        ir.Cluster(
+                            name=cluster.name,
+                            discovery=discovery,
+                            endpoints=tuple(endpoints),
+                            hash_key=cluster.hash_key,
+                            health_check=_health_check(cluster.health_check),
+                            udp=_udp_sessions(listener.udp),
+                        )
+                    ),
                 ),
             )
         )
@@ -145,15 +165,20 @@ def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
     )
 
 
-def load_balancer_selector(lb: LoadBalancer) -> ir.ProxySelector:
-    """The proxies of a load balancer carry its name and its account: user namespaces are `epic-<account>`."""
-    namespace = lb.namespace or ""
+def _proxies_of(label: str, name: str, namespace: str) -> ir.ProxySelector:
+    """The Envoy pods of an EPIC proxy carry its name and its account: user namespaces are `epic-<account>`."""
     account = epic.account_of(namespace)
     if account not in (namespace, ""):  # a user namespace
-        return ir.ProxySelector(
-            namespace=None, match=ir.labels({epic.LOAD_BALANCER_LABEL: lb.name, epic.ACCOUNT_LABEL: account})
-        )
-    return ir.ProxySelector(namespace=namespace, match=ir.labels({epic.LOAD_BALANCER_LABEL: lb.name}))
+        return ir.ProxySelector(namespace=None, match=ir.labels({label: name, epic.ACCOUNT_LABEL: account}))
+    return ir.ProxySelector(namespace=namespace, match=ir.labels({label: name}))
+
+
+def load_balancer_selector(lb: LoadBalancer) -> ir.ProxySelector:
+    return _proxies_of(epic.LOAD_BALANCER_LABEL, lb.name, lb.namespace or "")
+
+
+def gw_proxy_selector(proxy: GWProxy) -> ir.ProxySelector:
+    return _proxies_of(epic.GWPROXY_LABEL, proxy.name, proxy.namespace or "")
 
 
 def load_balancer_unit_name(lb: LoadBalancer, protocol: str, port: int) -> str:
@@ -195,9 +220,13 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
                 protocol=protocol,
                 port=port.port,
                 path=path,
-                bind=str(lb.spec.public_address) if lb.spec.public_address is not None else None,
-                cluster=ir.Cluster(
-                    name=name, discovery="EDS", endpoints=upstream, udp=udp if protocol == "UDP" else None
+                bind=public_address(lb),
+                backends=(
+                    ir.Backend(
+                        ir.Cluster(
+                            name=name, discovery="EDS", endpoints=upstream, udp=udp if protocol == "UDP" else None
+                        )
+                    ),
                 ),
             )
         )
@@ -205,6 +234,160 @@ def load_balancer(lb: LoadBalancer, endpoints: Iterable[RemoteEndpoint]) -> ir.S
         ref=_ref(lb.metadata, "LoadBalancer"),
         generation=lb.generation or 0,
         selector=load_balancer_selector(lb),
+        units=tuple(units),
+        errors=tuple(errors),
+    )
+
+
+def _slice_port(ports: Iterable[EndpointPort], wanted: int | None) -> int | None:
+    """The port of a slice a backendRef reaches: the TCP port numbered like the backendRef's port, else the first."""
+    numbers = [p.port for p in ports if p.protocol == "TCP" and p.port is not None]
+    return wanted if wanted in numbers else next(iter(numbers), None)
+
+
+def _backend(proxy: GWProxy, ref: BackendRef, slices: Iterable[GWEndpointSlice]) -> ir.Backend:
+    """A backendRef as a weighted EDS cluster of the Ready endpoints of the slices whose parentRef.uid it names."""
+    name = f"{proxy.namespace}/{proxy.name}/{ref.name}" + (f":{ref.port}" if ref.port is not None else "")
+    endpoints: list[ir.Endpoint] = []
+    for slice_ in slices:
+        port = _slice_port(slice_.spec.ports, ref.port)
+        if slice_.spec.parent_ref.uid != ref.name or port is None:
+            continue
+        for endpoint in slice_.spec.endpoints:
+            if endpoint.ready:
+                endpoints.extend(ir.Endpoint(a, port) for a in endpoint.addresses if is_ip(a))
+    cluster = ir.Cluster(name=name, discovery="EDS", endpoints=tuple(dict.fromkeys(endpoints)))
+    return ir.Backend(cluster, ref.weight)
+
+
+def _attaches(route: GWRoute, proxy: GWProxy, listener: GatewayListener) -> bool:
+    return any(
+        parent.name == proxy.name
+        and parent.namespace in (None, proxy.namespace)
+        and listener in named_listeners(parent, [listener])
+        for parent in route.spec.parent_refs
+    )
+
+
+def _wildcard_covers(pattern: str, hostname: str) -> bool:
+    return pattern.startswith("*.") and hostname.endswith(pattern[1:]) and hostname != pattern
+
+
+def _hostnames(listener: str | None, route: list[str]) -> list[str]:
+    """The hosts a route serves on a listener (the Gateway API's intersection, the more specific name of each
+    matching pair); "*" for every host; empty when the route does not attach to the listener."""
+    if not route:
+        return [listener or "*"]
+    if listener is None:
+        return list(route)
+    matched = []
+    for hostname in route:
+        if hostname == listener or _wildcard_covers(listener, hostname):
+            matched.append(hostname)
+        elif _wildcard_covers(hostname, listener):
+            matched.append(listener)
+    return list(dict.fromkeys(matched))
+
+
+def _precedence(match: HTTPRouteMatch) -> tuple[int, int, int]:
+    """The Gateway API's order among matches: exact paths, then the longest prefix, then the most headers."""
+    path = match.path
+    return (0 if path.type == "Exact" else 1, -len(path.value), -len(match.headers))
+
+
+def _virtual_hosts(
+    proxy: GWProxy,
+    listener: GatewayListener,
+    routes: list[HTTPRouteSpec],
+    slices: list[GWEndpointSlice],
+) -> tuple[ir.VirtualHost, ...]:
+    """One virtual host per hostname; a route without hostnames serves every host, so its rules join every virtual
+    host of the listener. Within a host, routes are in the Gateway API's precedence (the catch-all `/` last), ties
+    kept in route age and rule order."""
+    by_host: dict[str, list[tuple[tuple[int, int, int], ir.Route]]] = defaultdict(list)
+    for http in routes:
+        entries = [
+            (
+                _precedence(match),
+                ir.Route(
+                    path_type=match.path.type,
+                    path=match.path.value,
+                    headers=tuple((h.name, h.value) for h in match.headers),
+                    backends=tuple(_backend(proxy, ref, slices) for ref in rule.backend_refs),
+                ),
+            )
+            for rule in http.rules
+            for match in rule.matches
+        ]
+        for hostname in _hostnames(listener.hostname, http.hostnames):
+            by_host[hostname].extend(entries)
+    every = by_host.get("*", [])
+    hosts = [
+        ir.VirtualHost(
+            name=hostname,
+            domains=(hostname,),
+            routes=tuple(r for _, r in sorted(entries + (every if hostname != "*" else []), key=lambda e: e[0])),
+        )
+        for hostname, entries in sorted(by_host.items(), key=lambda item: (item[0] == "*", item[0]))
+    ]
+    return tuple(hosts)
+
+
+def public_address(obj: LoadBalancer | GWProxy) -> str | None:
+    """Where the object's listeners listen: its public address, when it has one (else the Envoy's own)."""
+    return str(obj.spec.public_address) if obj.spec.public_address is not None else None
+
+
+def gw_proxy(proxy: GWProxy, routes: Iterable[GWRoute], slices: Iterable[GWEndpointSlice]) -> ir.Source:
+    """A listener per Gateway listener: HTTP ones route by host, path and headers, TCP ones forward to the oldest
+    TCP route attached; a TCP listener no route reaches is left out. `routes` and `slices` are of its namespace."""
+    ordered = sorted(routes, key=lambda r: (str(r.metadata.get("creationTimestamp") or ""), r.name))
+    slices = sorted(slices, key=lambda s: s.name)
+    units: list[ir.Listener] = []
+    errors: list[str] = []
+    attached: set[str] = set()
+    bind = public_address(proxy)
+    for index, listener in enumerate((proxy.spec.gateway or GatewaySpec()).listeners):
+        path = f"spec.gateway.listeners[{index}]"
+        name = f"{proxy.namespace}/{proxy.name}/{listener.name}"
+        if listener.protocol == "HTTP":
+            http: list[HTTPRouteSpec] = []
+            for route in ordered:
+                spec = route.spec.http
+                if (
+                    spec is not None
+                    and _attaches(route, proxy, listener)
+                    and _hostnames(listener.hostname, spec.hostnames)
+                ):
+                    attached.add(route.name)
+                    http.append(spec)
+            hosts = _virtual_hosts(proxy, listener, http, slices)
+            units.append(
+                ir.Listener(name, "TCP", listener.port, backends=(), virtual_hosts=hosts, path=path, bind=bind)
+            )
+            continue
+        tcp = [r for r in ordered if r.spec.tcp is not None and _attaches(r, proxy, listener)]
+        attached.update(r.name for r in tcp)
+        for later in tcp[1:]:
+            errors.append(
+                f"{path}: GWRoute {later.name} is not served: TCP listener {listener.name!r} forwards to the oldest "
+                f"TCP route attached to it, GWRoute {tcp[0].name}"
+            )
+        if tcp and tcp[0].spec.tcp is not None:
+            refs = [ref for rule in tcp[0].spec.tcp.rules for ref in rule.backend_refs]
+            backends = tuple(_backend(proxy, ref, slices) for ref in refs)
+            if any(b.weight > 0 for b in backends):
+                units.append(ir.Listener(name, "TCP", listener.port, backends=backends, path=path, bind=bind))
+    for route in ordered:
+        if route.name not in attached and any(p.name == proxy.name for p in route.spec.parent_refs):
+            errors.append(
+                f"GWRoute {route.name} names this GWProxy but attaches to none of its listeners (parentRefs' "
+                "sectionName and port, the listener's protocol and hostname)"
+            )
+    return ir.Source(
+        ref=_ref(proxy.metadata, "GWProxy"),
+        generation=proxy.generation or 0,
+        selector=gw_proxy_selector(proxy),
         units=tuple(units),
         errors=tuple(errors),
     )
@@ -245,13 +428,23 @@ def proxy_config(proxy: ir.Proxy, sources: Iterable[ir.Source]) -> ir.ProxyConfi
             if (holder := ports.get((unit.protocol, unit.port))) is not None:
                 conflict(f"{unit.protocol} port {unit.port}", holder, source.ref, unit)
                 continue
-            held = clusters.get(unit.cluster.name)
-            if held is not None and (held[0] != source.ref or held[2] != unit.cluster):
-                conflict(f"cluster name {unit.cluster.name!r}", (held[0], held[1]), source.ref, unit)
+            taken = next(
+                (
+                    (cluster, held)
+                    for cluster in unit.clusters
+                    if (held := clusters.get(cluster.name)) is not None
+                    and (held[0] != source.ref or held[2] != cluster)
+                ),
+                None,
+            )
+            if taken is not None:
+                cluster, held = taken
+                conflict(f"cluster name {cluster.name!r}", (held[0], held[1]), source.ref, unit)
                 continue
             listener_names[unit.name] = (source.ref, unit.path)
             ports[(unit.protocol, unit.port)] = (source.ref, unit.path)
-            clusters.setdefault(unit.cluster.name, (source.ref, unit.path, unit.cluster))
+            for cluster in unit.clusters:
+                clusters.setdefault(cluster.name, (source.ref, unit.path, cluster))
             kept.setdefault(source.ref, []).append(unit)
     whole = tuple(s for s in chosen if len(kept.get(s.ref, ())) == len(s.units))
     partial = tuple(
@@ -265,7 +458,7 @@ def _disjoint(sources: list[ir.Source]) -> bool:
 
     A source that reuses a name or a port itself, even for one identical cluster, takes the unit-by-unit path.
     """
-    if any(len(claim) != len(s.units) for s in sources for claim in s.claims):
+    if not all(s.self_disjoint for s in sources):
         return False
     for index in range(3):
         claimed = [s.claims[index] for s in sources]

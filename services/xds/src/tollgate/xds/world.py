@@ -6,16 +6,18 @@ Handlers put objects in; `sources()` translates only what changed since the last
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from tollgate.models.epic import LoadBalancer, RemoteEndpoint
+from tollgate.models.base import CustomResource
+from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
 from tollgate.models.servicemesh import VirtualService
 from tollgate.xds import ir, translate
 from tollgate.xds.translate import Pod
 
 Key = tuple[str, str]
+Parsed = TypeVar("Parsed", bound=BaseModel)
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -38,11 +40,29 @@ def _invalid(obj: Mapping[str, Any], kind: ir.SourceKind, error: ValidationError
     return ir.Source(ref, int(meta.get("generation") or 0), ir.ProxySelector("", ()), (), errors)
 
 
+def _replace(
+    store: dict[Key, Parsed], model: type[Parsed], obj: Mapping[str, Any], deleted: bool
+) -> tuple[Parsed | None, ...]:
+    """Store the object as its model reads it (an invalid one counts as gone); (old, new) when that changed, else ()."""
+    key = key_of(obj)
+    try:
+        new = None if deleted else model.model_validate(obj)
+    except ValidationError:
+        new = None
+    old = store.pop(key, None)
+    if new is not None:
+        store[key] = new
+    return () if old == new else (old, new)
+
+
 class World:
     def __init__(self) -> None:
         self.virtual_services: dict[Key, Mapping[str, Any]] = {}
         self.load_balancers: dict[Key, Mapping[str, Any]] = {}
+        self.gw_proxies: dict[Key, Mapping[str, Any]] = {}
         self.remote_endpoints: dict[Key, RemoteEndpoint] = {}
+        self.gw_routes: dict[Key, GWRoute] = {}
+        self.gw_endpoint_slices: dict[Key, GWEndpointSlice] = {}
         self.pods: dict[Key, Pod] = {}
         self._sources: dict[tuple[ir.SourceKind, Key], ir.Source] = {}
         self._stale: set[tuple[ir.SourceKind, Key]] = set()
@@ -66,20 +86,29 @@ class World:
         self._stale.add((kind, key))
         return True
 
+    def set_gw_proxy(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        return self._set(self.gw_proxies, "GWProxy", obj, deleted)
+
     def set_remote_endpoint(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
         key = key_of(obj)
-        try:
-            endpoint = None if deleted else RemoteEndpoint.model_validate(obj)
-        except ValidationError:
-            endpoint = None
-        old = self.remote_endpoints.pop(key, None)
-        if endpoint is not None:
-            self.remote_endpoints[key] = endpoint
-        if old == endpoint:
-            return False
-        for lb in {e.spec.load_balancer for e in (old, endpoint) if e is not None}:
+        changed = _replace(self.remote_endpoints, RemoteEndpoint, obj, deleted)
+        for lb in {e.spec.load_balancer for e in changed if e is not None}:
             self._stale.add(("LoadBalancer", (key[0], lb)))
-        return True
+        return bool(changed)
+
+    def set_gw_route(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        return self._gateway_part(_replace(self.gw_routes, GWRoute, obj, deleted), key_of(obj)[0])
+
+    def set_gw_endpoint_slice(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
+        return self._gateway_part(_replace(self.gw_endpoint_slices, GWEndpointSlice, obj, deleted), key_of(obj)[0])
+
+    def _gateway_part(self, changed: tuple[object, ...], namespace: str) -> bool:
+        """A route or slice changed: the GWProxies of its namespace (at most the account's proxyLimit) translate
+        again."""
+        for key in self.gw_proxies if changed else ():
+            if key[0] == namespace:
+                self._stale.add(("GWProxy", key))
+        return bool(changed)
 
     def set_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> bool:
         """True when what matters of the pod (labels, IP, readiness) changed."""
@@ -111,20 +140,26 @@ class World:
         return list(self._sources.values())
 
     def _translate(self, kind: ir.SourceKind, key: Key) -> ir.Source | None:
-        if kind == "VirtualService":
-            obj = self.virtual_services.get(key)
-            if obj is None:
-                return None
-            try:
-                vs = VirtualService.model_validate(obj)
-            except ValidationError as error:
-                return _invalid(obj, kind, error)
-            return translate.virtual_service(vs, (p for p in self.pods.values() if p.namespace == key[0]))
-        obj = self.load_balancers.get(key)
+        stores: dict[ir.SourceKind, tuple[dict[Key, Mapping[str, Any]], type[CustomResource[Any, Any]]]] = {
+            "VirtualService": (self.virtual_services, VirtualService),
+            "LoadBalancer": (self.load_balancers, LoadBalancer),
+            "GWProxy": (self.gw_proxies, GWProxy),
+        }
+        store, model = stores[kind]
+        obj = store.get(key)
         if obj is None:
             return None
         try:
-            lb = LoadBalancer.model_validate(obj)
+            resource = model.model_validate(obj)
         except ValidationError as error:
             return _invalid(obj, kind, error)
-        return translate.load_balancer(lb, (e for e in self.remote_endpoints.values() if e.namespace == key[0]))
+        namespace = key[0]
+        if isinstance(resource, VirtualService):
+            return translate.virtual_service(resource, (p for p in self.pods.values() if p.namespace == namespace))
+        if isinstance(resource, LoadBalancer):
+            endpoints = (e for e in self.remote_endpoints.values() if e.namespace == namespace)
+            return translate.load_balancer(resource, endpoints)
+        assert isinstance(resource, GWProxy)
+        routes = (r for r in self.gw_routes.values() if r.namespace == namespace)
+        slices = (s for s in self.gw_endpoint_slices.values() if s.namespace == namespace)
+        return translate.gw_proxy(resource, routes, slices)
