@@ -260,6 +260,24 @@ def test_without_an_account_the_default_proxy_limit_applies(check: Check, sample
     ]
 
 
+def test_an_account_holds_at_most_its_load_balancer_limit(check: Check, sample: Sample, group: Obj) -> None:
+    def load_balancer(name: str, namespace: str = "epic-root") -> Obj:
+        lb = named(sample("LoadBalancer"), name, namespace)
+        del lb["spec"]["public-address"]
+        return lb
+
+    account = sample("Account")
+    account["spec"]["loadBalancerLimit"] = 2
+    held = [load_balancer("one"), load_balancer("two")]
+    assert check(load_balancer("third"), group, account, held[0]) == []
+    assert check(load_balancer("third"), group, account, *held) == [
+        "metadata.namespace: Account load balancer limit exceeded: epic-root holds 2 LoadBalancers and Account "
+        "root's spec.loadBalancerLimit is 2"
+    ]
+    assert check(load_balancer("third"), group, account, *proxies(sample, 2)) == [], "GWProxies count apart"
+    assert check(held[0], group, account, *held, old=held[0]) == [], "an update is not a new load balancer"
+
+
 # ---- GWRoute and GWEndpointSlice ----
 
 

@@ -23,6 +23,7 @@ ACCOUNT_LABEL = "epic.acnodal.io/account"
 LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
 GWPROXY_LABEL = "epic.acnodal.io/gwproxy"
 DEFAULT_PROXY_LIMIT = 20
+DEFAULT_LOAD_BALANCER_LIMIT = 100
 GUE_PORT = 6080
 DEFAULT_CLUSTER = "default"
 MAX_TUNNEL_ID = 2**32 - 1
@@ -151,6 +152,12 @@ class AccountSpec(WireModel):
         alias="proxyLimit",
         ge=0,
         description="Most GWProxies the account may have (checked when one is created).",
+    )
+    load_balancer_limit: int = Field(
+        default=DEFAULT_LOAD_BALANCER_LIMIT,
+        alias="loadBalancerLimit",
+        ge=0,
+        description="Most LoadBalancers the account may have (checked when one is created).",
     )
 
 

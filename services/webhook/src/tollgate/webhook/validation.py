@@ -33,7 +33,6 @@ from tollgate.models import (
     VirtualService,
 )
 from tollgate.models.epic import (
-    DEFAULT_PROXY_LIMIT,
     SINGLETON_NAME,
     SYSTEM_NAMESPACE,
     AccountSpec,
@@ -176,7 +175,7 @@ def _endpoint_identity(obj: JSONObject) -> list[Hashable]:
     fields = (spec.get("load-balancer"), spec.get("address"), port.get("port"), port.get("protocol", "TCP"))
     if not all(isinstance(value, str | int) for value in fields):
         return []
-    return [(_metadata(obj).get("namespace"), *fields)]
+    return [(identity(obj)[0], *fields)]
 
 
 IndexFunc = Callable[[JSONObject], Iterable[Hashable]]
@@ -192,7 +191,7 @@ INDEXES: dict[Model, dict[str, IndexFunc]] = {
     },
     Account: {},
     LBServiceGroup: {},
-    LoadBalancer: {"public-address": _scalar("public-address")},
+    LoadBalancer: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]]},
     GWProxy: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]]},
     RemoteEndpoint: {"identity": _endpoint_identity},
     ClusterRoutedIPClass: {"className": _scalar("className")},
@@ -300,6 +299,8 @@ def _account(resource: Account, review: Review) -> Iterator[Violation]:
 
 def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violation]:
     spec = resource.spec
+    if review.old_spec is None:
+        yield from _account_limit(review, type(resource))
     if spec.public_address is not None:
         yield from _unicast(spec.public_address, "spec.public-address")
         for model in (LoadBalancer, GWProxy):
@@ -362,22 +363,26 @@ def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
             )
         if listener.hostname is not None:
             yield from _hostname(listener.hostname, f"{field}.hostname")
-    if review.old_spec is None:
-        yield from _proxy_limit(review)
 
 
-def _proxy_limit(review: Review) -> Iterator[Violation]:
-    """EPIC's Account proxyLimit: an account (its user namespace) holds at most that many GWProxies."""
+def _account_limit(review: Review, model: type[LoadBalancer | GWProxy]) -> Iterator[Violation]:
+    """An account (its user namespace) holds at most its Account's `proxyLimit` GWProxies (EPIC's) and
+    `loadBalancerLimit` LoadBalancers; the defaults apply where the namespace has no Account."""
     account = account_of(review.namespace)
     stored = review.view.get(Account.resource.kind, review.namespace, account)
     spec = _parsed(AccountSpec, _spec(stored)) if stored is not None else None
-    limit = spec.proxy_limit if spec is not None else DEFAULT_PROXY_LIMIT
-    held = [obj for obj in review.existing(GWProxy, "namespace", review.namespace) if identity(obj) != review.identity]
+    field, limit = (
+        ("proxyLimit", (spec or AccountSpec()).proxy_limit)
+        if model is GWProxy
+        else ("loadBalancerLimit", (spec or AccountSpec()).load_balancer_limit)
+    )
+    held = [obj for obj in review.existing(model, "namespace", review.namespace) if identity(obj) != review.identity]
     if len(held) >= limit:
-        whose = f"Account {account}'s spec.proxyLimit" if spec is not None else "the default proxyLimit (no Account)"
+        whose = f"Account {account}'s spec.{field}" if spec is not None else f"the default {field} (no Account)"
+        what, plural = ("proxy", "GWProxies") if model is GWProxy else ("load balancer", "LoadBalancers")
         yield Violation(
             "metadata.namespace",
-            f"Account proxy limit exceeded: {review.namespace} holds {len(held)} GWProxies and {whose} is {limit}",
+            f"Account {what} limit exceeded: {review.namespace} holds {len(held)} {plural} and {whose} is {limit}",
         )
 
 
