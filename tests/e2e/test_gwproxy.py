@@ -102,14 +102,13 @@ async def test_a_gateway_proxy_routes_http_by_host_path_and_weight(
                 async with session.get(path, headers={"Host": host}) as response:
                     return await response.text() if response.status == 200 else f"HTTP {response.status}"
 
-            async def served(host: str, path: str, expected: str) -> bool:
-                return await get(host, path) == expected
+            # The xds service meets the routes one watch event at a time: wait until the Envoy has every one.
+            async def every_route() -> bool:
+                answers = [await get(f"{host}.example.com") for host in ("alpha", "beta", "split")]
+                return answers[:2] == ["alpha:/", "beta:/"] and not answers[2].startswith("HTTP ")
 
             await eventually(
-                lambda: served("alpha.example.com", "/", "alpha:/"),
-                "the GWProxy's Envoy to route alpha.example.com",
-                timeout=30,
-                ignore=(aiohttp.ClientError,),
+                every_route, "the GWProxy's Envoy to route every host", timeout=30, ignore=(aiohttp.ClientError,)
             )
             assert await get("alpha.example.com", "/shop") == "alpha:/shop"
             assert await get("beta.example.com", "/shop") == "beta:/shop", "by hostname"

@@ -238,6 +238,6 @@ def test_an_endpoint_without_a_ready_condition_is_ready() -> None:
     assert [e.ready for e in spec.endpoints] == [True, False]
 
 
-def test_an_account_allows_twenty_proxies_by_default() -> None:
-    assert epic.AccountSpec().proxy_limit == 20
-    assert epic.AccountSpec.model_validate({"proxyLimit": 3}).to_wire() == {"proxyLimit": 3}
+def test_an_account_allows_twenty_proxies_and_a_hundred_load_balancers_by_default() -> None:
+    assert (epic.AccountSpec().proxy_limit, epic.AccountSpec().load_balancer_limit) == (20, 100)
+    assert epic.AccountSpec.model_validate({"proxyLimit": 3}).to_wire() == {"proxyLimit": 3, "loadBalancerLimit": 100}

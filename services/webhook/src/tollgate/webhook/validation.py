@@ -299,8 +299,6 @@ def _account(resource: Account, review: Review) -> Iterator[Violation]:
 
 def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violation]:
     spec = resource.spec
-    if review.old_spec is None:
-        yield from _account_limit(review, type(resource))
     if spec.public_address is not None:
         yield from _unicast(spec.public_address, "spec.public-address")
         for model in (LoadBalancer, GWProxy):
@@ -347,6 +345,12 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
             yield Violation("spec.service-id", f"is immutable once set (was {before}, now {now})")
 
 
+def _load_balancer(resource: LoadBalancer, review: Review) -> Iterator[Violation]:
+    yield from _proxy(resource, review)
+    if review.old_spec is None:
+        yield from _account_limit(review, LoadBalancer)
+
+
 def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
     yield from _proxy(resource, review)
     gateway = resource.spec.gateway or GatewaySpec()
@@ -363,6 +367,8 @@ def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
             )
         if listener.hostname is not None:
             yield from _hostname(listener.hostname, f"{field}.hostname")
+    if review.old_spec is None:
+        yield from _account_limit(review, GWProxy)
 
 
 def _account_limit(review: Review, model: type[LoadBalancer | GWProxy]) -> Iterator[Violation]:
@@ -686,7 +692,7 @@ RULES: dict[Model, Rule] = {
     EPIC: _epic,
     Account: _account,
     LBServiceGroup: _none,
-    LoadBalancer: _proxy,
+    LoadBalancer: _load_balancer,
     GWProxy: _gw_proxy,
     GWRoute: _gw_route,
     GWEndpointSlice: _gw_endpoint_slice,
