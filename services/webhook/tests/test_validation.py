@@ -624,8 +624,11 @@ def test_a_routed_ip_is_a_unicast_ipv4_address(
 def test_one_routed_ip_per_address(check: Check, sample: Sample, routed_class: Obj) -> None:
     first = named(sample("RoutedIP"), "first", "elsewhere")
     assert check(sample("RoutedIP"), routed_class, first) == [
-        "spec.routedIP: 203.0.113.10 is already routed by RoutedIP elsewhere/first: one RoutedIP per address"
+        "spec.routedIP: 203.0.113.10 is already routed by a RoutedIP of another namespace: one RoutedIP per address"
     ]
+    neighbour = named(sample("RoutedIP"), "first")
+    (same_namespace,) = check(sample("RoutedIP"), routed_class, neighbour)
+    assert f"already routed by RoutedIP {neighbour['metadata']['namespace']}/first:" in same_namespace
     assert check(first, routed_class, first) == []
 
 
@@ -740,7 +743,7 @@ def test_a_service_prefix_lives_in_epic_and_its_pool_parses(check: Check, sample
 def test_one_object_per_public_address(check: Check, sample: Sample, group: Obj) -> None:
     other = named(sample("LoadBalancer"), "other", "epic-elsewhere")
     assert check(sample("LoadBalancer"), group, other) == [
-        "spec.public-address: 192.168.77.2 is the public address of LoadBalancer epic-elsewhere/other already: one "
+        "spec.public-address: 192.168.77.2 is the public address of a LoadBalancer of another namespace already: one "
         "object per public address"
     ]
     moved = named(sample("LoadBalancer"), "other", "epic-elsewhere")

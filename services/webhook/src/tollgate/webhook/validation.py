@@ -223,6 +223,12 @@ def reference(obj: JSONObject) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def _holder(review: Review, kind: str, other: JSONObject) -> str:
+    """Another object holding what the reviewed one asks for, named only when it is of the same namespace (the
+    same tenant's): a refusal never tells of other tenants' objects."""
+    return f"{kind} {reference(other)}" if identity(other)[0] == review.namespace else f"a {kind} of another namespace"
+
+
 def _unicast(address: IPv4Address, field: str) -> Iterator[Violation]:
     if address in THIS_NETWORK or address.is_multicast or address.is_reserved:
         yield Violation(
@@ -291,7 +297,7 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
             for other in review.others(model, "public-address", str(spec.public_address)):
                 yield Violation(
                     "spec.public-address",
-                    f"{spec.public_address} is the public address of {model.resource.kind} {reference(other)} "
+                    f"{spec.public_address} is the public address of {_holder(review, model.resource.kind, other)} "
                     "already: one object per public address",
                 )
     pairs: dict[tuple[int, str], int] = {}
@@ -587,7 +593,7 @@ def _routed_ip(resource: RoutedIP, review: Review) -> Iterator[Violation]:
     for other in review.others(RoutedIP, "routedIP", str(spec.routed_ip)):
         yield Violation(
             "spec.routedIP",
-            f"{spec.routed_ip} is already routed by RoutedIP {reference(other)}: one RoutedIP per address",
+            f"{spec.routed_ip} is already routed by {_holder(review, 'RoutedIP', other)}: one RoutedIP per address",
         )
 
 
