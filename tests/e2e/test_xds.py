@@ -263,7 +263,7 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
             None,
         )
         dump = xds.api(f"/debug/envoys/{node}/config_dump")
-        assert [c["name"] for c in dump["clusters"]] == ["tcp-echo-c"]
+        assert [c["name"] for c in dump["clusters"]] == [f"{namespace}/tcp-echo/tcp-echo-c"]
         assert dump["clusters"][0]["type"] == "EDS"
         before = await stats(envoy_ip)
 
