@@ -135,6 +135,9 @@ async def test_thousands_of_udp_sessions_fit_and_a_small_limit_overflows(
         narrow = xds.udp_virtual_service(
             "narrow", "narrow-l", 3102, "narrow-c", target, max_sessions=SMALL_LIMIT, idle_timeout=SMALL_IDLE_TIMEOUT_MS
         )
+        # Stats carry the Envoy names of the listeners and clusters: <namespace>/<virtual service>/<name>.
+        wide_l, wide_c = f"{namespace}/wide/wide-l", f"{namespace}/wide/wide-c"
+        narrow_l, narrow_c = f"{namespace}/narrow/narrow-l", f"{namespace}/narrow/narrow-c"
         for body in (wide, narrow):
             custom.create_namespaced_custom_object(xds.GROUP, xds.VERSION, namespace, xds.PLURAL, body)
         xds.envoy_pod(core, namespace, "edge", server, {"app": "edge"}, delta=True)
@@ -154,27 +157,27 @@ async def test_thousands_of_udp_sessions_fit_and_a_small_limit_overflows(
             seconds = time.monotonic() - started
             assert answered == SESSIONS, f"only {answered} of {SESSIONS} sessions got their datagram echoed"
             after = await xds.stats(envoy_ip)
-            assert after["udp.wide-l.downstream_sess_active"] >= SESSIONS
-            assert after["cluster.wide-c.upstream_cx_overflow"] == 0
-            assert after["cluster.wide-c.circuit_breakers.default.remaining_cx"] == DEFAULT_MAX_SESSIONS - SESSIONS
+            assert after[f"udp.{wide_l}.downstream_sess_active"] >= SESSIONS
+            assert after[f"cluster.{wide_c}.upstream_cx_overflow"] == 0
+            assert after[f"cluster.{wide_c}.circuit_breakers.default.remaining_cx"] == DEFAULT_MAX_SESSIONS - SESSIONS
             print(f"\n{answered} concurrent UDP sessions, every datagram echoed once, in {seconds:.2f} s")
 
             async with clients(envoy_ip, 3102, 3 * SMALL_LIMIT) as few:
                 assert await exchange(few[:SMALL_LIMIT]) == SMALL_LIMIT
                 for start in range(SMALL_LIMIT, len(few), WINDOW):
                     send(few[start : start + WINDOW])
-                    await overflowed(envoy_ip, "narrow-c", start + WINDOW - SMALL_LIMIT)
+                    await overflowed(envoy_ip, narrow_c, start + WINDOW - SMALL_LIMIT)
                 assert not [c for c in few[SMALL_LIMIT:] if c.reply.done()], "datagrams over max_sessions are dropped"
                 narrowed = await xds.stats(envoy_ip)
-                assert narrowed["cluster.narrow-c.upstream_cx_overflow"] == 2 * SMALL_LIMIT
-                assert narrowed["udp.narrow-l.downstream_sess_active"] == SMALL_LIMIT
-                assert narrowed["cluster.narrow-c.circuit_breakers.default.remaining_cx"] == 0
+                assert narrowed[f"cluster.{narrow_c}.upstream_cx_overflow"] == 2 * SMALL_LIMIT
+                assert narrowed[f"udp.{narrow_l}.downstream_sess_active"] == SMALL_LIMIT
+                assert narrowed[f"cluster.{narrow_c}.circuit_breakers.default.remaining_cx"] == 0
 
                 async def idle_closed() -> dict[str, int] | None:
                     now = await xds.stats(envoy_ip)
-                    return now if now["udp.narrow-l.downstream_sess_active"] == 0 else None
+                    return now if now[f"udp.{narrow_l}.downstream_sess_active"] == 0 else None
 
                 closed = await eventually(idle_closed, "the narrow listener's sessions to time out", timeout=10)
-                assert closed["udp.narrow-l.idle_timeout"] == SMALL_LIMIT
-                assert closed["udp.wide-l.downstream_sess_active"] >= SESSIONS, "the wide listener keeps its sessions"
-                assert closed["cluster.wide-c.upstream_cx_overflow"] == 0
+                assert closed[f"udp.{narrow_l}.idle_timeout"] == SMALL_LIMIT
+                assert closed[f"udp.{wide_l}.downstream_sess_active"] >= SESSIONS, "the wide listener keeps sessions"
+                assert closed[f"cluster.{wide_c}.upstream_cx_overflow"] == 0

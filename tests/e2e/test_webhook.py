@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from tollgate.models import ALL_KINDS, ClusterRoutedIPClass, kind_for
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
@@ -305,8 +307,6 @@ def cases(ns: str, label: str) -> list[Case]:
     one = _listener("one", 4000)
     two = _listener("two", 4005)
     ports = "public-ports"
-    taken_cluster = _with(_listener("fresh", 4003), "udp.cluster.name", "taken-c")
-    taken_endpoint = _with(_listener("fresh", 4004), "udp.cluster.endpoints.0.name", "taken-e")
     hc = "spec.listeners[0].udp.cluster.health_check"
     host = "spec.listeners[0].udp.cluster.endpoints[0].host"
     unicast = "is not a unicast host address"
@@ -508,23 +508,8 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "vs-duplicate-endpoint",
-            _vs(ns, one, _with(two, "udp.cluster.endpoints.0.name", "one-e")),
-            denied("VirtualService", "spec.listeners[1].udp.cluster.endpoints[0].name: duplicate endpoint name"),
-        ),
-        Case(
-            "vs-listener-name-taken",
-            _vs(ns, _listener("taken-l", 4006)),
-            denied("VirtualService", f"spec.listeners[0].name: listener name 'taken-l' is already used by {existing}"),
-        ),
-        Case(
-            "vs-cluster-name-taken",
-            _vs(ns, taken_cluster),
-            denied("VirtualService", "spec.listeners[0].udp.cluster.name: cluster name 'taken-c' is already used"),
-        ),
-        Case(
-            "vs-endpoint-name-taken",
-            _vs(ns, taken_endpoint),
-            denied("VirtualService", "spec.listeners[0].udp.cluster.endpoints[0].name: endpoint name 'taken-e' is"),
+            _vs(ns, _with(one, "udp.cluster.endpoints", [one["udp"]["cluster"]["endpoints"][0]] * 2)),
+            denied("VirtualService", "spec.listeners[0].udp.cluster.endpoints[1].name: duplicate endpoint name"),
         ),
         Case(
             "vs-port-twice",
@@ -677,10 +662,7 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     cls = f"e2e-{webhook.label}"
     webhook.create(_group(ns))
     webhook.create(_lb(ns, "existing-lb", {"service-id": 1, "public-address": "192.168.77.8"}))
-    taken = _with(
-        _with(_listener("taken-l", 3000), "udp.cluster.name", "taken-c"), "udp.cluster.endpoints.0.name", "taken-e"
-    )
-    webhook.create(_with(_vs(ns, taken), "metadata.name", "existing-vs"))
+    webhook.create(_with(_vs(ns, _listener("taken-l", 3000)), "metadata.name", "existing-vs"))
     webhook.create(_class(cls))
     webhook.create(_with(_rip(ns, "198.51.100.7", cls), "metadata.name", "existing-rip"))
     webhook.create(_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "existing-rep"))
@@ -693,7 +675,7 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     # Watch events reach the webhook's cache a moment after the writes: wait until it refuses duplicates.
     for probe, refusal in (
         (_rip(ns, "198.51.100.7", cls), "already routed"),
-        (_vs(ns, _listener("taken-l", 5000)), "already used"),
+        (_vs(ns, _listener("probe", 3000)), "is taken by listener 'taken-l'"),
         (_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "probe"), "registered already"),
         (_with(_gwp(ns, {"public-address": "192.168.77.5"}), "metadata.name", "probe"), "proxy limit exceeded"),
     ):
@@ -742,6 +724,47 @@ def test_invalid_objects_are_refused_with_their_messages_and_nothing_is_stored(
         if webhook.get(case.obj["kind"], metadata["name"], metadata.get("namespace")) is not None:
             failures.append(f"{case.id}: refused, yet stored")
     assert not failures, "\n".join(failures)
+
+
+def _load(namespace: str, number: int, listener: str | None = None) -> Obj:
+    """One of a generated set: VirtualService load-N, listener load-N-l on its own port, its one endpoint named e."""
+    name = f"load-{number}"
+    vs = _vs(namespace, _with(_listener(listener or f"{name}-l", 10000 + number), "udp.cluster.endpoints.0.name", "e"))
+    return _with(vs, "metadata.name", name)
+
+
+LOAD = 1000
+
+
+def test_names_are_scoped_to_the_namespace_no_squatting_no_leaks_no_needless_refusals(
+    webhook: Webhook, cluster: EmbeddedCluster, namespace: str, other_namespace: str
+) -> None:
+    """Issue #20's three cases: another tenant's VirtualService cannot block a name, a refusal never names
+    another namespace's object, and 1000 VirtualServices whose endpoints are all named `e` apply at once."""
+    squatter = webhook.create(_load(other_namespace, 5))
+    assert squatter["spec"]["listeners"][0]["name"] == "load-5-l"
+    wait_for(
+        partial(_refused_with, webhook, _with(_load(other_namespace, 5), "metadata.name", "probe"), "is taken"),
+        "the webhook's cache to hold the other tenant's VirtualService",
+        timeout=30,
+        ignore=(AssertionError,),
+    )
+
+    documents = "\n---\n".join(json.dumps(webhook.labelled(_load(namespace, n))) for n in range(LOAD))
+    started = time.monotonic()
+    applied = cluster.kubectl("apply", "-f", "-", stdin=documents, timeout=300)
+    seconds = time.monotonic() - started
+    assert applied.stdout.count("created") == LOAD, applied.stdout[-2000:]
+    stored = webhook.custom.list_namespaced_custom_object(
+        "servicemesh.l7mp.io", "v1", namespace, "virtualservices", label_selector=f"{LABEL}={webhook.label}"
+    )
+    assert len(stored["items"]) == LOAD
+    print(f"\n{LOAD} VirtualServices with endpoint 'e' in one kubectl apply: {seconds:.1f} s")
+
+    # A clash inside the namespace is real (same port, overlapping selectors): it names the other object.
+    refusal = webhook.refusal(partial(webhook.create, _with(_load(namespace, 5, "new-l"), "metadata.name", "late")))
+    assert f"UDP port 10005 is taken by listener 'load-5-l' of VirtualService {namespace}/load-5" in refusal
+    assert other_namespace not in refusal
 
 
 def test_the_service_id_of_a_load_balancer_is_immutable(webhook: Webhook, namespace: str) -> None:

@@ -13,6 +13,7 @@ import copy
 import socket
 import struct
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -262,7 +263,7 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
             None,
         )
         dump = xds.api(f"/debug/envoys/{node}/config_dump")
-        assert [c["name"] for c in dump["clusters"]] == ["tcp-echo-c"]
+        assert [c["name"] for c in dump["clusters"]] == [f"{namespace}/tcp-echo/tcp-echo-c"]
         assert dump["clusters"][0]["type"] == "EDS"
         before = await stats(envoy_ip)
 
@@ -357,20 +358,67 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
         await condition(custom, namespace, "first", "Programmed", "Programmed")
         assert await answer(envoy_ip, 3002) == "echo", "the next change retried and Envoy took it"
 
-        apply_vs(custom, namespace, udp_virtual_service("second", "edge-l", 3003, "other-c", target))
+        # The same listener and cluster names in another VirtualService are its own; the same port collides.
+        apply_vs(custom, namespace, udp_virtual_service("second", "edge-l", 3002, "edge-c", target))
         second = await condition(custom, namespace, "second", "Conflicted", "NameConflict")
         loser = next(c for c in second["status"]["conditions"] if c["type"] == "Conflicted")["message"]
         assert loser == (
-            f"spec.listeners[0] is not served on Envoy edge.{namespace}: listener name 'edge-l' is already "
+            f"spec.listeners[0] is not served on Envoy edge.{namespace}: UDP port 3002 is already "
             f"defined by VirtualService {namespace}/first"
         )
         first = await condition(custom, namespace, "first", "Conflicted", "NameConflict")
         winner = next(c for c in first["status"]["conditions"] if c["type"] == "Conflicted")["message"]
         assert f"also defined by VirtualService {namespace}/second" in winner
         assert await answer(envoy_ip, 3002) == "echo", "the older VirtualService keeps its listener"
-        with pytest.raises((TimeoutError, ConnectionError)):
-            await udp_request(envoy_ip, 3003, b"not served", timeout=0.5)
         await eventually(lambda: asyncio.to_thread(events, core, namespace, "second", "Conflict"), "a Conflict Event")
+
+
+async def test_the_same_names_in_two_namespaces_each_reach_their_own_envoy(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    other_namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+    xds_env: dict[str, str],
+) -> None:
+    """Two tenants use the same VirtualService, listener, cluster and endpoint names and the same port: each
+    Envoy gets its own tenant's listener, under a name the status gives and Envoy's config dump shows."""
+    xds = start_xds(run_service, xds_env)
+    tenants = (namespace, other_namespace)
+    async with contextlib.AsyncExitStack() as stack:
+        for tenant in tenants:
+            target = spare_loopback()
+            await stack.enter_async_context(UDPEcho(target, 1234, name=tenant))
+            apply_vs(custom, tenant, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
+            envoy_pod(core, tenant, "edge", xds, {"app": "edge"}, delta=True)
+        for tenant in tenants:
+            envoy_ip, _ = await live_envoy(core, tenant, "edge")
+            replier = await eventually(
+                partial(answer, envoy_ip, 3001),
+                f"the Envoy of {tenant} to forward on 3001",
+                timeout=30,
+                ignore=(TimeoutError, ConnectionError),
+            )
+            assert replier == tenant, "each Envoy forwards to its own tenant's endpoint"
+            obj = await condition(custom, tenant, "edge", "Programmed", "Programmed")
+            conflicted = next(c for c in obj["status"]["conditions"] if c["type"] == "Conflicted")
+            assert conflicted["status"] == "False"
+            names = {
+                "listener": "edge-l",
+                "envoy_listener": f"{tenant}/edge/edge-l",
+                "cluster": "edge-c",
+                "envoy_cluster": f"{tenant}/edge/edge-c",
+            }
+            assert obj["status"]["envoy_names"] == [names]
+            assert xds.api(f"/debug/envoys/edge.{tenant}")[0]["envoy_names"] == {
+                f"VirtualService {tenant}/edge": [names]
+            }
+            listeners = await admin(envoy_ip, "/config_dump?resource=dynamic_listeners")
+            assert [c["name"] for c in listeners["configs"]] == [names["envoy_listener"]]
+            clusters = await admin(envoy_ip, "/config_dump?resource=dynamic_active_clusters")
+            assert [c["cluster"]["name"] for c in clusters["configs"]] == [names["envoy_cluster"]]
+            assert (await stats(envoy_ip))[f"udp.{names['envoy_listener']}.downstream_sess_total"] >= 1
 
 
 def remote_endpoint(name: str, load_balancer: str, address: str, port: dict[str, Any]) -> dict[str, Any]:

@@ -31,15 +31,15 @@ def test_lookups_follow_updates_and_deletes() -> None:
     store = store_for(INDEXES)
     store.apply("VirtualService", "ADDED", vs("a", ("l1", 1000)))
     store.apply("VirtualService", "ADDED", vs("b", ("l2", 1000)))
-    assert names(store.lookup("VirtualService", "port", ("UDP", 1000))) == ["a", "b"]
+    store.apply("VirtualService", "ADDED", vs("c", ("l2", 1000), namespace="other"))
+    assert names(store.lookup("VirtualService", "port", ("ns", "UDP", 1000))) == ["a", "b"]
     store.apply("VirtualService", "MODIFIED", vs("a", ("l3", 2000)))
-    assert names(store.lookup("VirtualService", "port", ("UDP", 1000))) == ["b"]
-    assert store.lookup("VirtualService", "listener", "l1") == []
-    assert names(store.lookup("VirtualService", "listener", "l3")) == ["a"]
-    assert names(store.lookup("VirtualService", "cluster", "l3-c")) == ["a"]
+    assert names(store.lookup("VirtualService", "port", ("ns", "UDP", 1000))) == ["b"]
+    assert names(store.lookup("VirtualService", "port", ("ns", "UDP", 2000))) == ["a"]
+    assert names(store.lookup("VirtualService", "port", ("other", "UDP", 1000))) == ["c"]
     store.apply("VirtualService", "DELETED", vs("b", ("l2", 1000)))
-    assert store.lookup("VirtualService", "port", ("UDP", 1000)) == []
-    assert names(store.kinds["VirtualService"].objects.values()) == ["a"]
+    assert store.lookup("VirtualService", "port", ("ns", "UDP", 1000)) == []
+    assert sorted(names(store.kinds["VirtualService"].objects.values())) == ["a", "c"]
 
 
 def test_a_relist_replaces_everything_and_marks_the_kind_synced() -> None:
@@ -48,7 +48,7 @@ def test_a_relist_replaces_everything_and_marks_the_kind_synced() -> None:
     store.apply("VirtualService", "ADDED", vs("gone", ("l", 1)))
     store.replace("VirtualService", [vs("kept", ("m", 2))])
     assert "VirtualService" not in store.unsynced()
-    assert store.lookup("VirtualService", "listener", "l") == []
+    assert store.lookup("VirtualService", "port", ("ns", "UDP", 1)) == []
     assert store.get("VirtualService", "ns", "kept") is not None
     assert store.get("VirtualService", "ns", "gone") is None
 
@@ -57,11 +57,11 @@ def test_malformed_stored_objects_are_kept_and_indexed_where_readable() -> None:
     store = store_for(INDEXES)
     odd = {"kind": "VirtualService", "metadata": {"name": "odd", "namespace": "ns"}, "spec": {"listeners": "x"}}
     unhashable = vs("unhashable", ("l", 1))
-    unhashable["spec"]["listeners"][0]["name"] = {"not": "a name"}
+    unhashable["spec"]["selector"] = {"app": {"not": "a label"}}
     store.replace("VirtualService", [odd, unhashable])
     assert store.get("VirtualService", "ns", "odd") is odd
-    assert names(store.lookup("VirtualService", "port", ("UDP", 1))) == ["unhashable"]
-    assert store.lookup("VirtualService", "listener", "unhashable") == []
+    assert names(store.lookup("VirtualService", "port", ("ns", "UDP", 1))) == ["unhashable"]
+    assert store.lookup("VirtualService", "port-label", ("ns", "UDP", 1, "app")) == []
 
 
 def test_listeners_hear_every_change() -> None:

@@ -185,32 +185,37 @@ def test_the_server_never_answers_500(
 SELECTORS = st.dictionaries(st.sampled_from(["app", "zone", "tier"]), st.sampled_from(["1", "2"]), max_size=3)
 
 
-def _vs(name: str, port: int, selector: dict[str, str]) -> Obj:
+def _vs(name: str, port: int, selector: dict[str, str], namespace: str = "ns") -> Obj:
     cluster = {"name": f"{name}-c", "endpoints": [{"name": f"{name}-e", "host": {"address": "a"}, "port": 1}]}
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",
         "kind": "VirtualService",
-        "metadata": {"name": name, "namespace": "ns"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"selector": selector, "listeners": [{"name": f"{name}-l", "udp": {"port": port, "cluster": cluster}}]},
     }
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    existing=st.lists(st.tuples(st.sampled_from([1000, 1001]), SELECTORS), max_size=8),
+    existing=st.lists(
+        st.tuples(st.sampled_from(["ns", "other"]), st.sampled_from([1000, 1001]), SELECTORS), max_size=8
+    ),
     selector=SELECTORS,
 )
-def test_the_port_index_finds_exactly_the_overlapping_selectors(
-    existing: list[tuple[int, dict[str, str]]], selector: dict[str, str]
+def test_the_port_index_finds_exactly_the_overlapping_selectors_of_the_namespace(
+    existing: list[tuple[str, int, dict[str, str]]], selector: dict[str, str]
 ) -> None:
-    objects = [_vs(f"vs{index}", port, labels) for index, (port, labels) in enumerate(existing)]
+    objects = [_vs(f"vs{index}", port, labels, namespace) for index, (namespace, port, labels) in enumerate(existing)]
     expected = sorted(
         f"ns/vs{index}"
-        for index, (port, labels) in enumerate(existing)
-        if port == 1000 and all(labels[key] == selector[key] for key in labels.keys() & selector.keys())
+        for index, (namespace, port, labels) in enumerate(existing)
+        if namespace == "ns"
+        and port == 1000
+        and all(labels[key] == selector[key] for key in labels.keys() & selector.keys())
     )
     new = _vs("new", 1000, selector)
     violations = review(VIRTUAL_SERVICE, parse_review(admission(new, VIRTUAL_SERVICE)), filled(objects), Limits())
+    assert not [v for v in violations.violations if "other" in v.rule], "a refusal names another namespace"
     found = sorted(
         v.rule.split("VirtualService ")[1].split(",")[0]
         for v in violations.violations

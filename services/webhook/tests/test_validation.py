@@ -397,30 +397,43 @@ def test_the_seed_virtual_service_is_accepted(check: Check, sample: Sample) -> N
     assert check(sample("VirtualService")) == []
 
 
-def test_names_are_unique_within_a_virtual_service(check: Check) -> None:
-    vs = virtual_service(
-        "vs", listener("a", 1000, cluster="c", endpoint="e"), listener("a", 1001, cluster="c", endpoint="e")
-    )
+def test_names_are_unique_within_a_virtual_service_and_endpoint_names_within_their_cluster(check: Check) -> None:
+    first = listener("a", 1000, cluster="c", endpoint="e")
+    first["udp"]["cluster"]["endpoints"].append({"name": "e", "host": {"address": "10.0.0.2"}, "port": 7000})
+    vs = virtual_service("vs", first, listener("a", 1001, cluster="c", endpoint="e"))
     assert check(vs) == [
+        "spec.listeners[0].udp.cluster.endpoints[1].name: duplicate endpoint name 'e' "
+        "(spec.listeners[0].udp.cluster.endpoints[0].name has it too): endpoint names are unique",
         "spec.listeners[1].name: duplicate listener name 'a' (spec.listeners[0].name has it too): listener names "
         "are unique",
         "spec.listeners[1].udp.cluster.name: duplicate cluster name 'c' (spec.listeners[0].udp.cluster.name has it "
         "too): cluster names are unique",
-        "spec.listeners[1].udp.cluster.endpoints[0].name: duplicate endpoint name 'e' "
-        "(spec.listeners[0].udp.cluster.endpoints[0].name has it too): endpoint names are unique",
     ]
 
 
-def test_names_are_unique_across_virtual_services(check: Check) -> None:
-    existing = virtual_service("first", listener("l", 1000, cluster="c", endpoint="e"), namespace="other")
-    vs = virtual_service("second", listener("l", 2000, cluster="c", endpoint="e"), selector={"app": "elsewhere"})
-    assert check(vs, existing) == [
-        "spec.listeners[0].name: listener name 'l' is already used by VirtualService other/first: listener names are "
-        "unique across all VirtualServices",
-        "spec.listeners[0].udp.cluster.name: cluster name 'c' is already used by VirtualService other/first: cluster "
-        "names are unique across all VirtualServices",
-        "spec.listeners[0].udp.cluster.endpoints[0].name: endpoint name 'e' is already used by VirtualService "
-        "other/first: endpoint names are unique across all VirtualServices",
+def test_the_same_names_in_other_virtual_services_are_accepted(check: Check) -> None:
+    """Envoy names are `<namespace>/<object>/<name>`: names of two objects never meet, whatever their selectors."""
+    same_namespace = virtual_service("first", listener("l", 1000, cluster="c", endpoint="e"))
+    other_namespace = virtual_service("first", listener("l", 2000, cluster="c", endpoint="e"), namespace="other")
+    vs = virtual_service("second", listener("l", 2000, cluster="c", endpoint="e"))
+    assert check(vs, same_namespace, other_namespace) == []
+
+
+def test_a_thousand_virtual_services_may_all_name_their_endpoint_e(check: Check) -> None:
+    existing = [virtual_service(f"load-{n}", listener(f"load-{n}-l", 10000 + n, endpoint="e")) for n in range(1000)]
+    assert check(virtual_service("load-1000", listener("load-1000-l", 11000, endpoint="e")), *existing) == []
+
+
+def test_listeners_of_other_namespaces_never_take_a_port_nor_are_named(check: Check) -> None:
+    """A VirtualService selects the Envoys of its own namespace only: another tenant's ports cannot meet it,
+    and a refusal never tells of another namespace's objects."""
+    elsewhere = virtual_service("squatter", listener("load-5-l", 2001), namespace="tenant-b")
+    assert check(virtual_service("load-5", listener("load-5-l", 2001)), elsewhere) == []
+    own = virtual_service("first", listener("a", 2001))
+    violations = check(virtual_service("second", listener("b", 2001)), own, elsewhere)
+    assert violations == [
+        "spec.listeners[0].udp.port: UDP port 2001 is taken by listener 'a' of VirtualService ns/first, whose selector "
+        "app=ingress overlaps this one's app=ingress: two listeners on one port for overlapping selectors"
     ]
 
 
@@ -611,8 +624,11 @@ def test_a_routed_ip_is_a_unicast_ipv4_address(
 def test_one_routed_ip_per_address(check: Check, sample: Sample, routed_class: Obj) -> None:
     first = named(sample("RoutedIP"), "first", "elsewhere")
     assert check(sample("RoutedIP"), routed_class, first) == [
-        "spec.routedIP: 203.0.113.10 is already routed by RoutedIP elsewhere/first: one RoutedIP per address"
+        "spec.routedIP: 203.0.113.10 is already routed by a RoutedIP of another namespace: one RoutedIP per address"
     ]
+    neighbour = named(sample("RoutedIP"), "first")
+    (same_namespace,) = check(sample("RoutedIP"), routed_class, neighbour)
+    assert f"already routed by RoutedIP {neighbour['metadata']['namespace']}/first:" in same_namespace
     assert check(first, routed_class, first) == []
 
 
@@ -727,7 +743,7 @@ def test_a_service_prefix_lives_in_epic_and_its_pool_parses(check: Check, sample
 def test_one_object_per_public_address(check: Check, sample: Sample, group: Obj) -> None:
     other = named(sample("LoadBalancer"), "other", "epic-elsewhere")
     assert check(sample("LoadBalancer"), group, other) == [
-        "spec.public-address: 192.168.77.2 is the public address of LoadBalancer epic-elsewhere/other already: one "
+        "spec.public-address: 192.168.77.2 is the public address of a LoadBalancer of another namespace already: one "
         "object per public address"
     ]
     moved = named(sample("LoadBalancer"), "other", "epic-elsewhere")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from tollgate.xds import ir
+from tollgate.models.servicemesh import VirtualService
+from tollgate.xds import ir, translate
 from tollgate.xds.status import EnvoyView, virtual_service_status
 
 REF = ir.SourceRef("2026-01-01T00:00:00Z", "ns", "vs")
+ENDPOINT = {"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}
 SOURCE = ir.Source(REF, 4, ir.ProxySelector("ns", ir.labels({"app": "ingress"})), ())
 
 
@@ -52,3 +54,35 @@ def test_no_envoy_and_conflicts_are_explained() -> None:
         "NoEnvoys",
         "no connected Envoy matches selector app=ingress in namespace ns",
     )
+
+
+def test_status_gives_the_envoy_names_of_each_listener_and_cluster() -> None:
+    vs = VirtualService.model_validate(
+        {
+            "apiVersion": "servicemesh.l7mp.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "media", "namespace": "tenant-a", "generation": 1},
+            "spec": {
+                "selector": {"app": "edge"},
+                "listeners": [
+                    {"name": n, "udp": {"port": p, "cluster": {"name": f"{n}-c", "endpoints": [ENDPOINT]}}}
+                    for n, p in (("rtp", 4000), ("rtcp", 4001))
+                ],
+            },
+        }
+    )
+    status = virtual_service_status(translate.virtual_service(vs, []), [], [])
+    assert [n.to_wire() for n in status.envoy_names] == [
+        {
+            "listener": "rtp",
+            "envoy_listener": "tenant-a/media/rtp",
+            "cluster": "rtp-c",
+            "envoy_cluster": "tenant-a/media/rtp-c",
+        },
+        {
+            "listener": "rtcp",
+            "envoy_listener": "tenant-a/media/rtcp",
+            "cluster": "rtcp-c",
+            "envoy_cluster": "tenant-a/media/rtcp-c",
+        },
+    ]

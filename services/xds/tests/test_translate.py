@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tollgate.models.epic import LoadBalancer, RemoteEndpoint
-from tollgate.models.servicemesh import VirtualService
+from tollgate.models.servicemesh import MAX_ENVOY_NAME, VirtualService
 from tollgate.xds import ir, translate
 from tollgate.xds.translate import Pod
 
@@ -74,32 +75,73 @@ def test_selector_picks_envoys_by_label_in_the_namespace_only() -> None:
     assert not translate.selects(source.selector, ir.Proxy("e.ns", "ns", "e", ir.labels({"app": "egress"})))
 
 
-def test_colliding_names_and_ports_keep_the_oldest_and_report_both() -> None:
+def test_names_are_qualified_by_namespace_and_virtual_service() -> None:
+    source = translate.virtual_service(vs("media", [udp("rtp-l", 2001, "rtp-c")]), [])
+    assert (source.units[0].name, source.units[0].cluster.name) == ("ns/media/rtp-l", "ns/media/rtp-c")
+    assert (source.units[0].spec_name, source.units[0].cluster.spec_name) == ("rtp-l", "rtp-c")
+
+
+def test_long_envoy_names_are_bounded_deterministic_and_distinct() -> None:
+    long = "x" * 253
+    first = translate.envoy_name("ns", long, "l-1")
+    assert len(first) == MAX_ENVOY_NAME
+    assert first.startswith(f"ns/{long[:100]}")
+    assert first == translate.envoy_name("ns", long, "l-1")
+    assert first != translate.envoy_name("ns", long, "l-2")
+    assert translate.envoy_name("ns", "vs", "x" * 194) == f"ns/vs/{'x' * 194}"
+    cut = translate.envoy_name("ns", "vs", "x" * 195)
+    assert len(cut) == MAX_ENVOY_NAME
+    assert re.fullmatch(r"ns/vs/x+~[0-9a-f]{12}", cut)
+
+
+def test_the_same_names_in_two_virtual_services_do_not_collide_but_their_ports_do() -> None:
     old = translate.virtual_service(vs("old", [udp("l", 2001, "c")], created="2026-01-01T00:00:00Z"), [])
     new = translate.virtual_service(
-        vs(
-            "new",
-            [udp("l", 2002, "c2"), udp("l2", 2001, "c3"), udp("l3", 2003, "c"), udp("ok", 2004, "c4")],
-            created="2026-01-02T00:00:00Z",
-        ),
+        vs("new", [udp("l", 2002, "c"), udp("l2", 2001, "c3"), udp("ok", 2004, "c4")], created="2026-01-02T00:00:00Z"),
         [],
     )
     config = translate.proxy_config(ENVOY, [new, old])
-    assert [(ref.name, unit.name) for ref, unit in config.units] == [("old", "l"), ("new", "ok")]
-    assert [(c.what, c.loser.name, c.path) for c in config.conflicts] == [
-        ("listener name 'l'", "new", "spec.listeners[0]"),
-        ("UDP port 2001", "new", "spec.listeners[1]"),
-        ("cluster name 'c'", "new", "spec.listeners[2]"),
+    assert [(ref.name, unit.name) for ref, unit in config.units] == [
+        ("old", "ns/old/l"),
+        ("new", "ns/new/l"),
+        ("new", "ns/new/ok"),
     ]
+    assert [(c.what, c.loser.name, c.path) for c in config.conflicts] == [("UDP port 2001", "new", "spec.listeners[1]")]
     conflict = config.conflicts[0]
     assert conflict.message_for(new.ref) == (
-        "spec.listeners[0] is not served on Envoy envoy.ns: "
-        "listener name 'l' is already defined by VirtualService ns/old"
+        "spec.listeners[1] is not served on Envoy envoy.ns: UDP port 2001 is already defined by VirtualService ns/old"
     )
     assert conflict.message_for(old.ref) == (
-        "listener name 'l' is also defined by VirtualService ns/new (spec.listeners[0]), "
-        "which is not served on Envoy envoy.ns"
+        "UDP port 2001 is also defined by VirtualService ns/new (spec.listeners[1]), which is not served on Envoy "
+        "envoy.ns"
     )
+
+
+def test_names_reused_within_one_virtual_service_keep_the_first() -> None:
+    source = translate.virtual_service(
+        vs("a", [udp("l", 2001, "c"), udp("l", 2002, "c2"), udp("m", 2003, "c", "eds")]), []
+    )
+    config = translate.proxy_config(ENVOY, [source])
+    assert [unit.name for _, unit in config.units] == ["ns/a/l"]
+    assert [(c.what, c.path) for c in config.conflicts] == [
+        ("listener name 'ns/a/l' (in spec.listeners[0])", "spec.listeners[1]"),
+        ("cluster name 'ns/a/c' (in spec.listeners[0])", "spec.listeners[2]"),
+    ]
+
+
+def test_the_same_names_in_two_namespaces_reach_each_its_own_envoy() -> None:
+    def in_namespace(namespace: str) -> VirtualService:
+        obj = vs("edge", [udp("l", 2001, "c")])
+        obj.metadata["namespace"] = namespace
+        return obj
+
+    sources = [translate.virtual_service(in_namespace(ns), []) for ns in ("tenant-a", "tenant-b")]
+    for namespace in ("tenant-a", "tenant-b"):
+        envoy = ir.Proxy(f"envoy.{namespace}", namespace, "envoy", ENVOY.labels)
+        config = translate.proxy_config(envoy, sources)
+        assert [unit.name for _, unit in config.units] == [f"{namespace}/edge/l"]
+        assert [unit.cluster.name for _, unit in config.units] == [f"{namespace}/edge/c"]
+        assert not config.conflicts
 
 
 def test_sources_on_different_envoys_do_not_collide() -> None:

@@ -102,6 +102,8 @@ class VirtualServiceSpec(WireModel):
 
 
 MAX_ENVOYS_IN_STATUS = 100
+# Envoy names longer than this are cut and end in a hash of the whole name (see tollgate.xds.translate).
+MAX_ENVOY_NAME = 200
 
 
 class EnvoySync(WireModel):
@@ -116,6 +118,18 @@ class EnvoySync(WireModel):
     )
 
 
+class EnvoyNames(WireModel):
+    """What one listener and its cluster are called in Envoy: the names to look for in a config dump and in stats."""
+
+    listener: str = Field(description="The listener's name in this VirtualService.")
+    envoy_listener: str = Field(
+        description="Its Envoy listener: <namespace>/<virtual service>/<listener> (past "
+        f"{MAX_ENVOY_NAME} characters, shortened and ending in a hash of the whole)."
+    )
+    cluster: str = Field(description="Its cluster's name in this VirtualService.")
+    envoy_cluster: str = Field(description="Its Envoy cluster: <namespace>/<virtual service>/<cluster> (likewise).")
+
+
 class VirtualServiceStatus(Status):
     proxies: int | None = Field(default=None, ge=0, description="Envoys that this configuration applies to.")
     programmed_proxies: int | None = Field(
@@ -128,6 +142,9 @@ class VirtualServiceStatus(Status):
         default_factory=list,
         max_length=MAX_ENVOYS_IN_STATUS,
         description=f"Sync state of each Envoy it applies to (the first {MAX_ENVOYS_IN_STATUS} by node id).",
+    )
+    envoy_names: list[EnvoyNames] = Field(
+        default_factory=list, description="The Envoy names of each translated listener and its cluster."
     )
 
 

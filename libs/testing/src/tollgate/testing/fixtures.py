@@ -2,7 +2,7 @@
 
 - `cluster`: one embedded cluster for the whole session, CRDs installed. Set TOLLGATE_E2E_KUBECONFIG
   to run against a cluster you started yourself (`make cluster`, or kind) instead.
-- `namespace`: a fresh namespace per test, deleted afterwards.
+- `namespace`: a fresh namespace per test, deleted afterwards; `other_namespace` a second one (another tenant).
 - `run_service`: start a tollgate service as a subprocess; its logs are printed when the test fails.
 - `supervisor`: the Envoy supervisor, so that Envoy pods run real Envoys.
 """
@@ -73,8 +73,7 @@ def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(kube)
 
 
-@pytest.fixture
-def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+def _test_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
     stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"t-{stem}-{uuid.uuid4().hex[:5]}"
     core.create_namespace(
@@ -82,6 +81,16 @@ def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterato
     )
     yield name
     core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    yield from _test_namespace(request, core)
+
+
+@pytest.fixture
+def other_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    yield from _test_namespace(request, core)
 
 
 ServiceFactory = Callable[..., ServiceProcess]

@@ -111,26 +111,13 @@ def _port_listeners(obj: JSONObject) -> Iterator[tuple[JSONObject, str, JSONObje
                 yield listener, protocol.upper(), block
 
 
-def _clusters(obj: JSONObject) -> Iterator[JSONObject]:
-    for _, _, block in _port_listeners(obj):
-        cluster = block.get("cluster")
-        if isinstance(cluster, Mapping):
-            yield cluster
-
-
-def _names(items: Iterable[Any]) -> list[Hashable]:
-    return [item["name"] for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)]
-
-
-def _endpoints(obj: JSONObject) -> Iterator[Any]:
-    for cluster in _clusters(obj):
-        endpoints = cluster.get("endpoints")
-        yield from endpoints if isinstance(endpoints, list) else []
-
-
-def _listener_ports(obj: JSONObject) -> list[tuple[str, int]]:
+def _listener_ports(obj: JSONObject) -> list[tuple[str, str, int]]:
+    """(namespace, protocol, port) of every listener: listeners only meet on Envoys of their own namespace."""
+    namespace = identity(obj)[0]
     return [
-        (protocol, block["port"]) for _, protocol, block in _port_listeners(obj) if isinstance(block.get("port"), int)
+        (namespace, protocol, block["port"])
+        for _, protocol, block in _port_listeners(obj)
+        if isinstance(block.get("port"), int)
     ]
 
 
@@ -140,13 +127,13 @@ def _selector(obj: JSONObject) -> JSONObject:
 
 
 def _port_labels(obj: JSONObject) -> list[Hashable]:
-    """(protocol, port, label key) for every listener port and every key of the object's selector."""
+    """(namespace, protocol, port, label key) for every listener port and every key of the object's selector."""
     keys = [key for key, value in _selector(obj).items() if isinstance(value, str)]
     return [(*port, key) for port in _listener_ports(obj) for key in keys]
 
 
 def _port_label_values(obj: JSONObject) -> list[Hashable]:
-    """(protocol, port, label key, value) for every listener port and every label of the object's selector."""
+    """(namespace, protocol, port, label key, value) for every listener port and every label of its selector."""
     labels = [(key, value) for key, value in _selector(obj).items() if isinstance(value, str)]
     return [(*port, *label) for port in _listener_ports(obj) for label in labels]
 
@@ -182,9 +169,6 @@ IndexFunc = Callable[[JSONObject], Iterable[Hashable]]
 
 INDEXES: dict[Model, dict[str, IndexFunc]] = {
     VirtualService: {
-        "listener": lambda obj: _names(listener for listener, _, _ in _port_listeners(obj)),
-        "cluster": lambda obj: _names(_clusters(obj)),
-        "endpoint": lambda obj: _names(_endpoints(obj)),
         "port": _listener_ports,
         "port-label": _port_labels,
         "port-label-value": _port_label_values,
@@ -237,6 +221,12 @@ def identity(obj: JSONObject) -> tuple[str, str]:
 def reference(obj: JSONObject) -> str:
     namespace, name = identity(obj)
     return f"{namespace}/{name}" if namespace else name
+
+
+def _holder(review: Review, kind: str, other: JSONObject) -> str:
+    """Another object holding what the reviewed one asks for, named only when it is of the same namespace (the
+    same tenant's): a refusal never tells of other tenants' objects."""
+    return f"{kind} {reference(other)}" if identity(other)[0] == review.namespace else f"a {kind} of another namespace"
 
 
 def _unicast(address: IPv4Address, field: str) -> Iterator[Violation]:
@@ -305,7 +295,7 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
             for other in review.others(model, "public-address", str(spec.public_address)):
                 yield Violation(
                     "spec.public-address",
-                    f"{spec.public_address} is the public address of {model.resource.kind} {reference(other)} "
+                    f"{spec.public_address} is the public address of {_holder(review, model.resource.kind, other)} "
                     "already: one object per public address",
                 )
     pairs: dict[tuple[int, str], int] = {}
@@ -519,10 +509,12 @@ def _unique_within(seen: dict[str, str], name: str, field: str, what: str) -> It
 
 
 def _virtual_service(resource: VirtualService, review: Review) -> Iterator[Violation]:
+    """Names must be unique where they meet: listener and cluster names within the object (Envoy's names are
+    `<namespace>/<object>/<name>`, see tollgate.xds.translate), endpoint names within their cluster. Ports meet
+    on the Envoys of the namespace: no two listeners on one port/protocol for overlapping selectors."""
     spec = resource.spec
     listeners: dict[str, str] = {}
     clusters: dict[str, str] = {}
-    endpoints: dict[str, str] = {}
     ports: dict[tuple[str, int], str] = {}
     for index, listener in enumerate(spec.listeners):
         base = f"spec.listeners[{index}]"
@@ -532,6 +524,7 @@ def _virtual_service(resource: VirtualService, review: Review) -> Iterator[Viola
         cluster = listener.port_listener.cluster
         yield from _unique_within(listeners, listener.name, f"{base}.name", "listener")
         yield from _unique_within(clusters, cluster.name, f"{block}.cluster.name", "cluster")
+        endpoints: dict[str, str] = {}
         for number, endpoint in enumerate(cluster.endpoints):
             yield from _unique_within(endpoints, endpoint.name, f"{block}.cluster.endpoints[{number}].name", "endpoint")
         first = ports.setdefault((protocol, port), f"{block}.port")
@@ -542,20 +535,17 @@ def _virtual_service(resource: VirtualService, review: Review) -> Iterator[Viola
                 f"{block}.cluster.hash_key",
                 "only a cluster behind a udp listener can hash on a key (Envoy's TCP proxy has no key hash policy)",
             )
-        yield from _taken_names(review, "listener", listener.name, f"{base}.name")
-        yield from _taken_names(review, "cluster", cluster.name, f"{block}.cluster.name")
-        for number, endpoint in enumerate(cluster.endpoints):
-            yield from _taken_names(review, "endpoint", endpoint.name, f"{block}.cluster.endpoints[{number}].name")
         yield from _taken_port(review, protocol, port, spec.selector, f"{block}.port")
 
 
 def _overlapping_on_port(review: Review, protocol: str, port: int, selector: Mapping[str, str]) -> list[JSONObject]:
-    """The other VirtualServices with a listener on protocol/port whose selector overlaps `selector`.
+    """The other VirtualServices of the namespace with a listener on protocol/port whose selector overlaps
+    `selector` (a VirtualService selects Envoys of its own namespace only, so no other namespace's can meet it).
 
     Found with set operations on the indexes, not by comparing selectors one by one: the objects on the port,
     less those whose selector has one of this selector's keys with another value.
     """
-    kind, where = VirtualService.resource.kind, (protocol, port)
+    kind, where = VirtualService.resource.kind, (review.namespace, protocol, port)
     found = set(review.view.keys(kind, "port", where))
     for key, value in selector.items():
         if not found:
@@ -593,15 +583,6 @@ def _taken_port(
         yield Violation(field, f"{protocol} port {port} is taken by {len(others) - MAX_CONFLICTS} more VirtualServices")
 
 
-def _taken_names(review: Review, what: str, name: str, field: str) -> Iterator[Violation]:
-    for other in review.others(VirtualService, what, name):
-        yield Violation(
-            field,
-            f"{what} name {name!r} is already used by VirtualService {reference(other)}: {what} names are "
-            "unique across all VirtualServices",
-        )
-
-
 def _routed_ip_class(resource: ClusterRoutedIPClass, review: Review) -> Iterator[Violation]:
     class_name = resource.spec.class_name
     for other in review.others(ClusterRoutedIPClass, "className", class_name):
@@ -618,7 +599,7 @@ def _routed_ip(resource: RoutedIP, review: Review) -> Iterator[Violation]:
     for other in review.others(RoutedIP, "routedIP", str(spec.routed_ip)):
         yield Violation(
             "spec.routedIP",
-            f"{spec.routed_ip} is already routed by RoutedIP {reference(other)}: one RoutedIP per address",
+            f"{spec.routed_ip} is already routed by {_holder(review, 'RoutedIP', other)}: one RoutedIP per address",
         )
 
 

@@ -72,6 +72,8 @@ class Cluster:
     health_check: HealthCheck | None = None
     # Set for the cluster behind a UDP listener; like hash_key, it shapes that listener's UDP proxy too.
     udp: UdpSessions | None = None
+    # The name its source gives it, where that differs from the Envoy `name` (a VirtualService's), for status.
+    spec_name: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ class Listener:
     path: str = field(default="", compare=False)
     # The address to listen on instead of the Envoy's own (a load balancer's public address).
     bind: str | None = None
+    # The name its source gives it, where that differs from the Envoy `name` (a VirtualService's), for status.
+    spec_name: str = field(default="", compare=False)
 
     @property
     def cluster(self) -> Cluster:

@@ -2,7 +2,8 @@
 
 Conditions: `Accepted` (the spec translates), `Conflicted` (another source on the same Envoy holds one of its
 names or ports) and `Programmed` (every Envoy it applies to runs its latest version), with the counts in
-`proxies`/`programmed_proxies` and one entry per Envoy in `envoys`.
+`proxies`/`programmed_proxies`, one entry per Envoy in `envoys`, and the Envoy names of its listeners and
+clusters in `envoy_names`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tollgate.models.servicemesh import MAX_ENVOYS_IN_STATUS, EnvoySync, VirtualServiceStatus
+from tollgate.models.servicemesh import MAX_ENVOYS_IN_STATUS, EnvoyNames, EnvoySync, VirtualServiceStatus
 from tollgate.xds import ir
 from tollgate.xds.streams import OwnerState
 
@@ -29,6 +30,19 @@ def _join(messages: Iterable[str]) -> str:
     unique = list(dict.fromkeys(messages))
     more = f" (and {len(unique) - MAX_MESSAGES} more)" if len(unique) > MAX_MESSAGES else ""
     return "; ".join(unique[:MAX_MESSAGES]) + more
+
+
+def envoy_names(units: Iterable[ir.Listener]) -> list[EnvoyNames]:
+    """What a VirtualService's listeners and their clusters are called in Envoy."""
+    return [
+        EnvoyNames(
+            listener=unit.spec_name,
+            envoy_listener=unit.name,
+            cluster=unit.cluster.spec_name,
+            envoy_cluster=unit.cluster.name,
+        )
+        for unit in units
+    ]
 
 
 def selector_text(selector: ir.ProxySelector) -> str:
@@ -92,4 +106,5 @@ def virtual_service_status(
     status.envoys = [
         EnvoySync(node=v.node, state=v.state, generation=v.generation) for v in views[:MAX_ENVOYS_IN_STATUS]
     ]
+    status.envoy_names = envoy_names(source.units)
     return status

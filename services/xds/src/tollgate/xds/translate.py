@@ -12,12 +12,15 @@
   listener forwards to its TCP route's backends. A backendRef named N reaches the Ready endpoints of the
   GWEndpointSlices whose `spec.parentRef.uid` is N (EPIC's glue), at the slice port numbered like the backendRef's
   port, else the slice's first TCP port.
+- Envoy names are qualified by the source: `<namespace>/<object>/<name>` (`envoy_name`), so a VirtualService's
+  listener and cluster names only need to be unique within it; listeners of two sources can still meet on a port.
 - Where sources that apply to one Envoy define the same listener name, cluster name or port, the oldest
   source keeps it and the other's unit is left out; both are told (see `Conflict`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -35,8 +38,10 @@ from tollgate.models.gateway import (
     HTTPRouteSpec,
     named_listeners,
 )
-from tollgate.models.servicemesh import HealthCheck, UdpListener, VirtualService
+from tollgate.models.servicemesh import MAX_ENVOY_NAME, HealthCheck, UdpListener, VirtualService
 from tollgate.xds import ir
+
+NAME_HASH_LENGTH = 12
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,17 @@ def _udp_sessions(model: UdpListener | None) -> ir.UdpSessions | None:
     return None if model is None else ir.UdpSessions(model.max_sessions, model.idle_timeout)
 
 
+def envoy_name(namespace: str, owner: str, name: str) -> str:
+    """The Envoy name of an object's listener or cluster `name`: `<namespace>/<object>/<name>`, which no other
+    object of its kind can have (namespaces and object names hold no `/`). Past MAX_ENVOY_NAME characters (stats
+    names carry it), its start and a hash of the whole: deterministic, so it is the same after a restart."""
+    full = f"{namespace}/{owner}/{name}"
+    if len(full) <= MAX_ENVOY_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:NAME_HASH_LENGTH]
+    return f"{full[: MAX_ENVOY_NAME - NAME_HASH_LENGTH - 1]}~{digest}"
+
+
 def _ref(metadata: Mapping[str, Any], kind: ir.SourceKind) -> ir.SourceRef:
     return ir.SourceRef(
         created=str(metadata.get("creationTimestamp") or ""),
@@ -138,14 +154,16 @@ def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
             continue
         units.append(
             ir.Listener(
-                name=listener.name,
+                name=envoy_name(namespace, vs.name, listener.name),
+                spec_name=listener.name,
                 protocol=listener.protocol,
                 port=spec.port,
                 path=path,
                 backends=(
                     ir.Backend(
                         ir.Cluster(
-                            name=cluster.name,
+                            name=envoy_name(namespace, vs.name, cluster.name),
+                            spec_name=cluster.name,
                             discovery=discovery,
                             endpoints=tuple(endpoints),
                             hash_key=cluster.hash_key,
@@ -182,7 +200,7 @@ def gw_proxy_selector(proxy: GWProxy) -> ir.ProxySelector:
 
 
 def load_balancer_unit_name(lb: LoadBalancer, protocol: str, port: int) -> str:
-    return f"{lb.namespace}/{lb.name}/{protocol.lower()}-{port}"
+    return envoy_name(lb.namespace or "", lb.name, f"{protocol.lower()}-{port}")
 
 
 def _accepted(endpoint: RemoteEndpoint) -> bool:
@@ -247,7 +265,7 @@ def _slice_port(ports: Iterable[EndpointPort], wanted: int | None) -> int | None
 
 def _backend(proxy: GWProxy, ref: BackendRef, slices: Iterable[GWEndpointSlice]) -> ir.Backend:
     """A backendRef as a weighted EDS cluster of the Ready endpoints of the slices whose parentRef.uid it names."""
-    name = f"{proxy.namespace}/{proxy.name}/{ref.name}" + (f":{ref.port}" if ref.port is not None else "")
+    name = envoy_name(proxy.namespace or "", proxy.name, ref.name + (f":{ref.port}" if ref.port is not None else ""))
     endpoints: list[ir.Endpoint] = []
     for slice_ in slices:
         port = _slice_port(slice_.spec.ports, ref.port)
@@ -349,7 +367,7 @@ def gw_proxy(proxy: GWProxy, routes: Iterable[GWRoute], slices: Iterable[GWEndpo
     bind = public_address(proxy)
     for index, listener in enumerate((proxy.spec.gateway or GatewaySpec()).listeners):
         path = f"spec.gateway.listeners[{index}]"
-        name = f"{proxy.namespace}/{proxy.name}/{listener.name}"
+        name = envoy_name(proxy.namespace or "", proxy.name, listener.name)
         if listener.protocol == "HTTP":
             http: list[HTTPRouteSpec] = []
             for route in ordered:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from tollgate.xds import resources
+from tollgate.xds import ir, resources
 from tollgate.xds.server import Connection, XdsServer
+from tollgate.xds.status import envoy_names
 from tollgate.xds.streams import TypeState
 
 
@@ -32,6 +34,15 @@ def _type_status(conn: Connection, state: TypeState) -> dict[str, Any]:
     }
 
 
+def _envoy_names(config: ir.ProxyConfig) -> dict[str, list[dict[str, Any]]]:
+    """The Envoy names of the VirtualService listeners and clusters served to this Envoy, by VirtualService."""
+    units: dict[str, list[ir.Listener]] = defaultdict(list)
+    for ref, unit in config.units:
+        if ref.kind == "VirtualService":
+            units[str(ref)].append(unit)
+    return {source: [names.to_wire() for names in envoy_names(found)] for source, found in units.items()}
+
+
 def sync_status(conn: Connection) -> dict[str, Any]:
     identity = conn.identity
     return {
@@ -46,6 +57,7 @@ def sync_status(conn: Connection) -> dict[str, Any]:
         "in_sync": conn.stream.in_sync(),
         "sources": [str(ref) for ref in conn.config.sources],
         "conflicts": [c.message_for(c.loser) for c in conn.config.conflicts],
+        "envoy_names": _envoy_names(conn.config),
         "types": {
             resources.SHORT_NAMES[type_url]: _type_status(conn, state) for type_url, state in conn.stream.types.items()
         },
