@@ -17,11 +17,19 @@ def system(tmp_path: Path) -> DevSystem:
     return DevSystem(repo_root(), state=tmp_path / "dev")
 
 
+def tunnel_of(summary: str, load_balancer: str, node: str) -> str | None:
+    """The tunnel line of a load balancer's client node in the summary."""
+    return next((line for line in summary.splitlines() if load_balancer in line and f" {node} " in line), None)
+
+
 def programmed_summary(system: DevSystem) -> Callable[[], str | None]:
+    """The summary once the proof is Programmed and both samples' client nodes have their tunnels."""
+
     def probe() -> str | None:
         text = system.summary()
         proof = next((line for line in text.splitlines() if "tollgate-dev/dev-proof" in line), "")
-        return text if "Programmed=True" in proof else None
+        nodes = (("epic-root/sample-acnodal", "192.168.1.30"), ("epic-root/dev-public", "127.77.0.1"))
+        return text if "Programmed=True" in proof and all(tunnel_of(text, *n) for n in nodes) else None
 
     return probe
 
@@ -40,7 +48,8 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
     assert "'tcp-echo:stream from make dev'" in summary
     assert "(ServicePrefix dev) -> Envoy -> 'lb-echo:datagram to a public address'" in summary
     assert "  LB   127.80.0.1:7003" in summary, "the first address of the dev pool"
-    assert "tunnel 1" in summary
+    tunnels = {tunnel_of(summary, *n) for n in (("sample-acnodal", "192.168.1.30"), ("dev-public", "127.77.0.1"))}
+    assert len({line.split("tunnel ")[1] for line in tunnels if line}) == 2, f"two nodes, two tunnel IDs: {tunnels}"
     assert len(processes) == 6
     assert [p.process.returncode for p in processes if p.process is not None] == [0] * 6, (
         "a service did not stop cleanly"
