@@ -159,6 +159,17 @@ def proxy_readiness(deployment_obj: JSON | None) -> tuple[bool, str, str]:
     return False, "ProxyProgressing", message
 
 
+Verdict = tuple[bool, str, str]  # (ok, reason, message) of a condition
+
+
+def set_conditions(status: ProxyStatus, generation: int | None, allocated: Verdict, proxy_ready: Verdict) -> None:
+    """Allocated and ProxyReady of a load balancer or GWProxy, and Ready from them."""
+    status.observed_generation = generation
+    for name, (ok, reason, message) in ((ALLOCATED, allocated), (PROXY_READY, proxy_ready)):
+        status.set_condition(name, "True" if ok else "False", reason, message, generation)
+    settle_ready(status, generation)
+
+
 def settle_ready(status: ProxyStatus, generation: int | None) -> None:
     """Ready is Allocated and ProxyReady; when not, the first failing one says why."""
     for name in (ALLOCATED, PROXY_READY):

@@ -191,13 +191,7 @@ class Reconciler:
             )
 
             def write(status: LoadBalancerStatus) -> None:
-                status.observed_generation = generation
-                status.set_condition(proxy.ALLOCATED, "True" if ok else "False", reason, message, generation)
-                ready, proxy_reason, proxy_message = proxy_state
-                status.set_condition(
-                    proxy.PROXY_READY, "True" if ready else "False", proxy_reason, proxy_message, generation
-                )
-                proxy.settle_ready(status, generation)
+                proxy.set_conditions(status, generation, (ok, reason, message), proxy_state)
                 status.set_condition(
                     proxy.ENDPOINTS_MATCHED, "True" if matched else "False", match_reason, match_message, generation
                 )
@@ -390,13 +384,7 @@ class Reconciler:
             )
 
             def write(status: GWProxyStatus) -> None:
-                status.observed_generation = generation
-                status.set_condition(proxy.ALLOCATED, "True" if ok else "False", reason, message, generation)
-                ready, proxy_reason, proxy_message = proxy_state
-                status.set_condition(
-                    proxy.PROXY_READY, "True" if ready else "False", proxy_reason, proxy_message, generation
-                )
-                proxy.settle_ready(status, generation)
+                proxy.set_conditions(status, generation, (ok, reason, message), proxy_state)
 
             await self.update_status(GWProxy, namespace, name, write)
             return message if reason in ADDRESS_RETRY_REASONS else None
