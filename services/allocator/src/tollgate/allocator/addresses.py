@@ -13,7 +13,7 @@ from ipaddress import IPv4Address
 from typing import Any
 
 from tollgate.allocator import allocation
-from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
+from tollgate.allocator.k8s import JSON, Kind, Kube
 from tollgate.allocator.tunnels import Metrics
 from tollgate.models.epic import (
     SYSTEM_NAMESPACE,
@@ -24,7 +24,6 @@ from tollgate.models.epic import (
     ServicePrefixSpec,
     ServicePrefixStatus,
 )
-from tollgate.runtime.optimistic import update_optimistically
 
 log = logging.getLogger("tollgate.allocator.addresses")
 HOLDER_KINDS: dict[str, Kind] = {"LoadBalancer": LoadBalancer, "GWProxy": GWProxy}
@@ -45,24 +44,18 @@ class PublicAddresses:
         self.metrics = metrics
 
     async def _update(self, prefix: str, change: Callable[[ServicePrefixSpec, ServicePrefixStatus], Any]) -> Any:
-        async def read() -> JSON:
-            obj = await self.kube.get(ServicePrefix, SYSTEM_NAMESPACE, prefix)
-            if obj is None:
-                raise PrefixNotFoundError(f"no ServicePrefix {prefix!r} in namespace {SYSTEM_NAMESPACE}")
-            return obj
-
         def mutate(obj: JSON) -> Any:
             status = ServicePrefixStatus.model_validate(obj.get("status") or {})
             value = change(ServicePrefixSpec.model_validate(obj["spec"]), status)
             obj["status"] = status.to_wire()
             return value
 
-        result = await update_optimistically(
-            read,
+        result = await self.kube.update_status(
+            ServicePrefix,
+            SYSTEM_NAMESPACE,
+            prefix,
             mutate,
-            lambda obj: self.kube.replace_status(ServicePrefix, obj),
-            is_conflict,
-            what=f"allocations of ServicePrefix {prefix}",
+            lambda: PrefixNotFoundError(f"no ServicePrefix {prefix!r} in namespace {SYSTEM_NAMESPACE}"),
             on_conflict=lambda _: self.metrics.conflict("ServicePrefix"),
         )
         self.metrics.retried("ServicePrefix", result.conflicts)

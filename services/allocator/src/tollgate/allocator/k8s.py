@@ -13,12 +13,13 @@ import secrets
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
 from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference, own_pod_reference
+from tollgate.runtime.optimistic import UpdateResult, update_optimistically
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -26,6 +27,7 @@ Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
 TOKEN_KEY = "token"
+T = TypeVar("T")
 
 
 class Kube:
@@ -109,6 +111,33 @@ class Kube:
             obj,
         )
         return replaced
+
+    async def update_status(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        change: Callable[[JSON], T],
+        missing: Callable[[], Exception],
+        on_conflict: Callable[[int], None] | None = None,
+    ) -> UpdateResult[JSON, T]:
+        """Read the object (`missing()` is raised when it is gone), `change` it, replace its status with the
+        resourceVersion read; on 409 Conflict read again and retry."""
+
+        async def read() -> JSON:
+            obj = await self.get(kind, namespace, name)
+            if obj is None:
+                raise missing()
+            return obj
+
+        return await update_optimistically(
+            read,
+            change,
+            lambda obj: self.replace_status(kind, obj),
+            is_conflict,
+            what=f"status of {kind.resource.kind} {namespace}/{name}",
+            on_conflict=on_conflict,
+        )
 
     async def merge_status(self, kind: Kind, namespace: str, name: str, status: JSON) -> JSON:
         """A merge patch of the status: touches only the keys given, so it never conflicts."""

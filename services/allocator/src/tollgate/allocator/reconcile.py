@@ -12,7 +12,7 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
-from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
+from tollgate.allocator.k8s import JSON, Kind, Kube
 from tollgate.allocator.registry import (
     DUPLICATE,
     NotFoundError,
@@ -48,7 +48,6 @@ from tollgate.models.epic import (
     account_of,
     reaches,
 )
-from tollgate.runtime.optimistic import update_optimistically
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
@@ -81,24 +80,18 @@ class Reconciler:
         """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone."""
         status_model = STATUS_MODELS[kind]
 
-        async def read() -> JSON:
-            obj = await self.kube.get(kind, namespace, name)
-            if obj is None:
-                raise NotFoundError(f"{kind.resource.kind} {namespace}/{name}")
-            return obj
-
         def change(obj: JSON) -> None:
             status: Status = status_model.model_validate(obj.get("status") or {})
             mutate(status)
             obj["status"] = status.to_wire()
 
         try:
-            result = await update_optimistically(
-                read,
+            result = await self.kube.update_status(
+                kind,
+                namespace,
+                name,
                 change,
-                lambda obj: self.kube.replace_status(kind, obj),
-                is_conflict,
-                what=f"status of {kind.resource.kind} {namespace}/{name}",
+                lambda: NotFoundError(f"{kind.resource.kind} {namespace}/{name}"),
                 on_conflict=lambda _: self.metrics.conflict(kind.resource.kind),
             )
         except NotFoundError:
