@@ -198,11 +198,11 @@ class AddressPool(WireModel):
 
     @model_validator(mode="after")
     def _parses(self) -> AddressPool:
+        first, last = self.bounds()
         try:
-            first, last = self.bounds()
             subnet = IPv4Network(self.subnet, strict=False) if self.subnet is not None else None
         except ValueError as error:
-            raise ValueError(f"pool {self.pool!r}, subnet {self.subnet!r}: {error}") from None
+            raise ValueError(f"subnet {self.subnet!r}: {error}") from None
         if subnet is not None and (first not in subnet or last not in subnet):
             raise ValueError(f"pool {self.pool} is not inside subnet {self.subnet}")
         if self.aggregation != "default" and not (
@@ -214,15 +214,18 @@ class AddressPool(WireModel):
     def bounds(self) -> tuple[IPv4Address, IPv4Address]:
         """The pool's first and last address; a CIDR of more than two addresses leaves out its network and
         broadcast addresses."""
-        if "/" in self.pool:
-            network = IPv4Network(self.pool, strict=True)
-            if network.num_addresses > 2:
-                return network.network_address + 1, network.broadcast_address - 1
-            return network.network_address, network.broadcast_address
         first_text, dash, last_text = self.pool.partition("-")
-        if not dash:
+        if "/" not in self.pool and not dash:
             raise ValueError(f"pool {self.pool!r} is neither a CIDR nor a range FIRST-LAST")
-        first, last = IPv4Address(first_text.strip()), IPv4Address(last_text.strip())
+        try:
+            if "/" in self.pool:
+                network = IPv4Network(self.pool, strict=True)
+                if network.num_addresses > 2:
+                    return network.network_address + 1, network.broadcast_address - 1
+                return network.network_address, network.broadcast_address
+            first, last = IPv4Address(first_text.strip()), IPv4Address(last_text.strip())
+        except ValueError as error:
+            raise ValueError(f"pool {self.pool!r}: {error}") from None
         if last < first:
             raise ValueError(f"pool {self.pool}: the range ends before it starts")
         return first, last
