@@ -308,7 +308,7 @@ class Reconciler:
         for rep in reps:
             if not tunnel_recorded(rep, lb):
                 await self.reconcile_remote_endpoint(rep, lb)
-        for node in await self.registry.prune(lb, reps):
+        for node in await self.registry.prune(lb):
             await self.kube.event(lb, "TunnelReleased", f"released the tunnel of node {node}: no endpoint is on it")
         await self.registry.refresh_epic_address(lb)
 

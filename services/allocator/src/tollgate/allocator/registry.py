@@ -322,8 +322,7 @@ class Registry:
             )
 
     async def _release_tunnel(self, rep: JSON) -> int | None:
-        """Release the node's tunnel if no other endpoint of the node is left; the ID released. Endpoints of the
-        node that arrived meanwhile get their tunnel again."""
+        """Release the node's tunnel if no other endpoint of the node is left; the ID released."""
         node = node_of(rep)
         tunnel_id = (rep.get("status") or {}).get("tunnel-id")
         if node is None or tunnel_id is None:
@@ -331,14 +330,19 @@ class Registry:
         namespace, lb_name = rep["metadata"]["namespace"], rep["spec"]["load-balancer"]
         if await self._endpoints_on(namespace, lb_name, node):
             return None
+        return int(tunnel_id) if await self._remove_entry(namespace, lb_name, node, tunnel_id) else None
+
+    async def _remove_entry(self, namespace: str, lb_name: str, node: str, tunnel_id: Any) -> bool:
+        """Remove a node's tunnel entry if it still holds `tunnel_id`. Endpoints of the node that arrived after
+        the caller found none get their tunnel again."""
         path = pointer("status", TUNNELS, node)
         operations = [{"op": "test", "path": f"{path}/tunnel-id", "value": tunnel_id}, {"op": "remove", "path": path}]
         if not await self.kube.json_patch_status(LoadBalancer, namespace, lb_name, operations):
-            return None
+            return False
         log.info("released tunnel ID %s of node %s", tunnel_id, node, extra={"namespace": namespace})
         for late in await self._endpoints_on(namespace, lb_name, node):
             await self.ensure_tunnel(late)
-        return int(tunnel_id)
+        return True
 
     async def _endpoints_of(self, namespace: str, lb_name: str) -> list[JSON]:
         """The RemoteEndpoints of a load balancer, leaving out those being deleted."""
@@ -351,23 +355,16 @@ class Registry:
     async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
         return [r for r in await self._endpoints_of(namespace, lb_name) if node_of(r) == node]
 
-    async def prune(self, lb: JSON, reps: list[JSON]) -> list[str]:
-        """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes."""
-        nodes = {node_of(r) for r in reps if r["spec"].get("load-balancer") == lb["metadata"]["name"]}
-        pruned = []
-        for node, entry in entries(lb).items():
-            if node in nodes:
-                continue
-            path = pointer("status", TUNNELS, node)
-            operations = [
-                {"op": "test", "path": f"{path}/tunnel-id", "value": entry.get("tunnel-id")},
-                {"op": "remove", "path": path},
-            ]
-            if await self.kube.json_patch_status(
-                LoadBalancer, lb["metadata"]["namespace"], lb["metadata"]["name"], operations
-            ):
-                pruned.append(node)
-        return pruned
+    async def prune(self, lb: JSON) -> list[str]:
+        """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes. The
+        endpoints are listed after `lb` was read, so an entry written since is never judged."""
+        namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
+        nodes = {node_of(r) for r in await self._endpoints_of(namespace, name)}
+        return [
+            node
+            for node, entry in entries(lb).items()
+            if node not in nodes and await self._remove_entry(namespace, name, node, entry.get("tunnel-id"))
+        ]
 
     async def refresh_epic_address(self, lb: JSON) -> None:
         """Move the load balancer's tunnel entries to the node that runs its Envoy pod now."""
