@@ -190,13 +190,13 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
         async def ready() -> dict[str, Any] | None:
             lb = get(custom, "loadbalancers", "epic-root", "sample-acnodal")
             state = condition(lb, "Ready")
-            return lb if state and state["status"] == "True" else None
+            current = (lb.get("status") or {}).get("observedGeneration") == lb["metadata"]["generation"]
+            return lb if state and state["status"] == "True" and current else None
 
-        lb = await eventually(ready, "the seed's load balancer to be Ready", timeout=30)
+        lb = await eventually(ready, "the seed's load balancer to be Ready for its current generation", timeout=30)
         assert condition(lb, "Allocated")["reason"] == "ServiceIDAllocated"
         assert condition(lb, "ProxyReady")["message"] == "1/1 Envoy replicas ready"
         assert condition(lb, "EndpointsMatched")["status"] == "True", "8888 -> targetPort 8080 reaches all three"
-        assert lb["status"]["observedGeneration"] == lb["metadata"]["generation"]
         deployment = apps.read_namespaced_deployment("sample-acnodal-envoy", "epic-root")
         assert deployment.spec.replicas == 1
         assert deployment.metadata.owner_references[0].uid == lb["metadata"]["uid"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import random
 import urllib.request
 import uuid
 from collections import Counter
@@ -19,6 +21,7 @@ from kubernetes import client
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP, VERSION
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.faultproxy import FaultProxy, Mode, server_of
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
@@ -27,6 +30,7 @@ from tollgate.testing.wait import eventually
 ACCOUNTS, LBS_PER_ACCOUNT, ENDPOINTS_PER_LB = 4, 5, 15  # 300 endpoints on 160 client nodes of 20 load balancers
 CONCURRENCY = 24
 LEASE_SECONDS = 6
+REGISTRATION_SECONDS = 300
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -65,12 +69,41 @@ def metric(service: ServiceProcess, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
+@pytest.fixture
+def proxies(cluster: EmbeddedCluster) -> Iterator[list[FaultProxy]]:
+    """One FaultProxy in front of the API server per allocator."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(FaultProxy(*server_of(cluster.kubeconfig))) for _ in range(3)]
+
+
+async def break_the_network(proxy: FaultProxy, until: asyncio.Event, seed: int) -> int:
+    """Until `until` is set: let calls through for a while, then forward requests but drop the answers, then
+    cut every connection (calls waiting for a dropped answer fail: they may or may not have been applied);
+    the number of such rounds."""
+    rng, rounds = random.Random(seed), 0
+    while not until.is_set():
+        await asyncio.sleep(rng.uniform(2, 4))
+        await asyncio.to_thread(proxy.set_mode, Mode.DROP_RESPONSES)
+        await asyncio.sleep(rng.uniform(0.3, 0.8))
+        await asyncio.to_thread(proxy.set_mode, Mode.REFUSE)
+        await asyncio.to_thread(proxy.set_mode, Mode.PASS)
+        rounds += 1
+    return rounds
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("faulty_network", [False, True], ids=["clean-network", "responses-dropped"])
 async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_duplicate_ids(
     run_service: ServiceFactory,
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     accounts: list[str],
+    proxies: list[FaultProxy],
+    faulty_network: bool,
 ) -> None:
+    """With `faulty_network`, each allocator reaches the API server through its own FaultProxy that keeps
+    dropping answers to requests it forwarded and cutting the connections: writes whose outcome the allocator
+    cannot know, the case where a tunnel ID could be handed out twice."""
     ports = [free_port() for _ in range(3)]
     run = uuid.uuid4().hex[:5]
     incarnations: Counter[int] = Counter()
@@ -84,7 +117,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
             "TOLLGATE_ALLOCATOR_RECONCILE": "true" if index == 0 else "false",
             "TOLLGATE_ALLOCATOR_LOG_LEVEL": "INFO",
         }
-        return run_service("allocator", rbac=True, env=env)
+        return run_service("allocator", rbac=True, env=env, via=proxies[index] if faulty_network else None)
 
     allocators = [start(index) for index in range(3)]
     secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", "epic")
@@ -124,13 +157,27 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     async def crash_and_restart() -> None:
         await halfway.wait()
         allocators[0].kill()  # the reconciling allocator, mid-run, in the middle of its block
-        allocators[0] = start(0)
+        allocators[0] = await asyncio.to_thread(start, 0)  # the network keeps breaking meanwhile
 
-    try:
+    registered = asyncio.Event()
+
+    async def register_all() -> None:
         await asyncio.gather(crash_and_restart(), *(register(i, *endpoint) for i, endpoint in enumerate(endpoints)))
+        registered.set()
+
+    breaking = [break_the_network(proxy, registered, seed) for seed, proxy in enumerate(proxies) if faulty_network]
+    try:
+        _, *rounds = await asyncio.wait_for(asyncio.gather(register_all(), *breaking), REGISTRATION_SECONDS)
+    except TimeoutError:
+        raise AssertionError(
+            f"{len(returned)} of {len(endpoints)} endpoints registered in {REGISTRATION_SECONDS} s; "
+            f"retried: {dict(retried)}"
+        ) from None
     finally:
         for api in clients:
             await api.close()
+    if faulty_network:
+        assert all(rounds) and all(proxy.dropped_bytes for proxy in proxies), "every allocator lost answers"
     assert len(returned) == len(endpoints)
     per_node: dict[tuple[str, str, str], set[int]] = {}
     for account, lb, address, node in endpoints:
@@ -172,4 +219,10 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
 
     await eventually(dead_blocks_reclaimed, "the killed allocator's block to be reclaimed", timeout=4 * LEASE_SECONDS)
     assert sum(metric(a, "tollgate_allocator_tunnel_ids_allocated_total") for a in allocators[1:]) > 0
-    print(f"\n{len(returned)} endpoints on {len(per_node)} nodes registered; retried after the crash: {dict(retried)}")
+    held_back = sum(a.logs().count("its write for node") for a in allocators)
+    landed = sum(a.logs().count("a write whose answer was lost landed") for a in allocators)
+    print(
+        f"\n{len(returned)} endpoints on {len(per_node)} nodes registered; retried: {dict(retried)}; "
+        f"rounds of dropped answers per allocator: {rounds}; in the surviving allocators, tunnel writes whose "
+        f"answer was lost but which landed: {landed}, IDs held back after an uncertain write: {held_back}"
+    )

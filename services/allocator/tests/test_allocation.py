@@ -144,10 +144,10 @@ def test_block_scheme_never_hands_an_id_out_twice_whatever_the_interleaving_and_
 
 def test_raise_floor_puts_the_counter_above_every_id_in_use_once() -> None:
     status = EPICStatus(current_tunnel_id=3)
-    assert not allocation.is_initialized(status)
+    assert status.condition(allocation.INITIALIZED) is None
     assert allocation.raise_floor(status, 17)
     assert status.current_tunnel_id == 17
-    assert allocation.is_initialized(status)
+    assert status.condition(allocation.INITIALIZED).status == "True"
     assert not allocation.raise_floor(status, 5), "a lower floor changes nothing"
     assert status.current_tunnel_id == 17
 

@@ -21,6 +21,7 @@ from kubernetes import client
 
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.faultproxy import FaultProxy, proxied_kubeconfig
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 
@@ -101,12 +102,15 @@ def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_pa
     """`run_service("jobs", rbac=True, env={...})` starts the service and waits for /readyz.
 
     With `rbac=True` the service authenticates as its chart's ServiceAccount, bound to exactly the
-    chart's rules (rendered with helm), so a missing permission fails the test.
+    chart's rules (rendered with helm), so a missing permission fails the test. With `via=proxy` (a running
+    FaultProxy in front of the API server) it reaches the API server through the proxy.
     """
     started: list[ServiceProcess] = []
 
-    def start(name: str, *, rbac: bool = False, **kwargs: Any) -> ServiceProcess:
+    def start(name: str, *, rbac: bool = False, via: FaultProxy | None = None, **kwargs: Any) -> ServiceProcess:
         kubeconfig = service_account_kubeconfig(cluster, name, tmp_path) if rbac else cluster.kubeconfig
+        if via is not None:
+            kubeconfig = proxied_kubeconfig(kubeconfig, via, tmp_path / f"{name}-via-{via.port}.kubeconfig")
         service = ServiceProcess(name, kubeconfig, tmp_path / "logs", **kwargs)
         started.append(service)
         return service.start().wait_ready()

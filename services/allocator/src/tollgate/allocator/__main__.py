@@ -26,6 +26,7 @@ from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, S
 from tollgate.models.epic import SYSTEM_NAMESPACE, EPICSpec, GUEEndpoint
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
+from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 
@@ -78,6 +79,11 @@ def credentials(settings: Settings) -> grpc.ServerCredentials | None:
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
+    with contextlib.suppress(Stopped):  # asked to stop while the API server was still unreachable
+        await serve(settings, context)
+
+
+async def serve(settings: Settings, context: ServiceContext) -> None:
     serving = asyncio.Event()
     context.health.add_readiness_check("grpc", lambda: serving.is_set() or "the registration API is not serving yet")
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(WORKERS, thread_name_prefix="kube"))
@@ -88,7 +94,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     tracer = context.telemetry.tracer("tollgate.allocator")
     metrics = Metrics(telemetry_meter)
     epic = EpicSingleton(kube, EPICSpec(gue_endpoint=GUEEndpoint(epic_address=settings.gue_address)))
-    await epic.ensure()
+    await until_done(epic.ensure, "creating or reading the EPIC singleton", context.stop)
     identity = settings.identity or new_identity(socket.gethostname())
     ids: TunnelIDs
     if settings.tunnel_id_scheme == "block":
@@ -96,7 +102,10 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     else:
         ids = SeedTunnelIDs(epic, metrics)
     registry = Registry(kube, ids, epic, GUEEndpoint(epic_address=settings.gue_address))
-    token = grpc_server.Token(await kube.bearer_token(SYSTEM_NAMESPACE, settings.grpc_token_secret))
+    secret = await until_done(
+        lambda: kube.bearer_token(SYSTEM_NAMESPACE, settings.grpc_token_secret), "reading the API token", context.stop
+    )
+    token = grpc_server.Token(secret)
     server, port = await grpc_server.start(registry, token, tracer, settings.grpc_address, credentials(settings))
     serving.set()
     log.info("registration API listening", extra={"port": port, "identity": identity})
@@ -117,7 +126,12 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         await server.stop(grace=2)
         if housekeeping is not None:
             await housekeeping
-            await kube.delete_lease(SYSTEM_NAMESPACE, lease)
+            try:
+                await kube.delete_lease(SYSTEM_NAMESPACE, lease)
+            except Exception as error:  # its blocks are reclaimed when the Lease expires instead
+                if not is_transient(error):
+                    raise
+                log.warning("cannot delete the Lease %s: %s; it expires in %s s", lease, error, settings.lease_seconds)
 
 
 if __name__ == "__main__":

@@ -87,11 +87,6 @@ def raise_floor(status: EPICStatus, highest_in_use: int) -> bool:
     return changed
 
 
-def is_initialized(status: EPICStatus) -> bool:
-    condition = status.condition(INITIALIZED)
-    return condition is not None and condition.status == "True"
-
-
 @dataclass
 class BlockPool:
     """The IDs this allocator may hand out: the rest of its current block, plus IDs that were never written."""

@@ -445,7 +445,7 @@ class Reconciler:
                     RemoteEndpoint, namespace, name, {"metadata": {"ownerReferences": [proxy.owner_reference(lb)]}}
                 )
             try:
-                await self.registry.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
+                lb = await self.registry.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
             except NotShareableError as error:
                 await self._refuse_endpoint(rep, "NotShareable", str(error))
                 return

@@ -13,6 +13,7 @@ and `forget`). The gRPC API and the RemoteEndpoint handlers share this one path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -130,6 +131,11 @@ def entries(lb: JSON) -> dict[str, Any]:
     return dict((lb.get("status") or {}).get(TUNNELS) or {})
 
 
+def is_refusal(error: client.ApiException) -> bool:
+    """The API server answered and did not apply the request: a 4xx. A 5xx may come after the write landed."""
+    return 400 <= int(error.status or 0) < 500
+
+
 def tunnel_recorded(rep: JSON, lb: JSON) -> bool:
     """The endpoint is Ready, and its tunnel ID is the one its node has in the load balancer's status (an ad-hoc
     endpoint: none)."""
@@ -225,8 +231,13 @@ class Registry:
 
     async def _node_tunnel(self, namespace: str, name: str, node: str, held: int | None, lb: JSON | None) -> int:
         """The tunnel ID of (load balancer, client node): the one its status records, else a new one recorded
-        there. `held` is an ID this node had before (IDs are never handed to anyone else, so it may return)."""
+        there. `held` is an ID this node had before (IDs are never handed to anyone else, so it may return).
+
+        A new ID goes back to the pool only when its write was definitely refused. After an uncertain outcome
+        (a timeout, a cut connection, a 5xx, a cancelled call: the write may have landed) the status is read
+        again: the ID is kept if the write landed, and never handed out again otherwise."""
         taken: int | None = None
+        uncertain = False
         try:
             for _ in range(ATTEMPTS):
                 lb = lb or await self.kube.get(LoadBalancer, namespace, name)
@@ -236,6 +247,9 @@ class Registry:
                     raise FailedPreconditionError(f"load_balancer: {name!r} is being deleted")
                 existing = (entries(lb).get(node) or {}).get("tunnel-id")
                 if existing is not None:
+                    if existing == taken:
+                        taken = None
+                        log.info("tunnel ID %s for node %s: a write whose answer was lost landed", existing, node)
                     return int(existing)
                 if held is None and taken is None:
                     taken = await self.ids.allocate()
@@ -249,25 +263,51 @@ class Registry:
                 except client.ApiException as error:
                     if is_not_found(error):
                         raise NotFoundError(f"load balancer {name!r} was deleted") from None
-                    if not is_conflict(error):
-                        raise
-                    self.ids.metrics.conflict("LoadBalancer")
-                    self.ids.metrics.retried("LoadBalancer", 1)
-                    lb = None
-                    continue
+                    if is_conflict(error):
+                        self.ids.metrics.conflict("LoadBalancer")
+                        self.ids.metrics.retried("LoadBalancer", 1)
+                        lb = None
+                        continue
+                    uncertain = uncertain or not is_refusal(error)
+                    raise
+                except BaseException:
+                    uncertain = True
+                    raise
                 if tunnel_id == taken:
                     taken = None
                 where = {"namespace": namespace, "load_balancer": name}
                 log.info("tunnel ID %s for node %s", tunnel_id, node, extra=where)
                 return tunnel_id
+        except Exception:
+            if taken is not None and uncertain and await self._recorded(namespace, name, node) == taken:
+                landed, taken = taken, None
+                log.info("tunnel ID %s for node %s: the uncertain write landed", landed, node)
+                return landed
+            raise
         finally:
-            if taken is not None:
+            if taken is not None and not uncertain:
                 self.ids.give_back(taken)
+            elif taken is not None:
+                log.warning(
+                    "tunnel ID %s is not handed out again: its write for node %s may have landed",
+                    taken,
+                    node,
+                    extra={"namespace": namespace, "load_balancer": name},
+                )
         raise AbortedError(f"load balancer {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
 
-    async def admit_cluster(self, lb: JSON, cluster: str) -> None:
+    async def _recorded(self, namespace: str, name: str, node: str) -> int | None:
+        """The tunnel ID the load balancer's status records for `node`, None when it cannot be read now."""
+        try:
+            lb = await self.kube.get(LoadBalancer, namespace, name)
+        except Exception:  # the API server is what just failed: the caller raises its own error
+            return None
+        recorded = (entries(lb or {}).get(node) or {}).get("tunnel-id")
+        return None if recorded is None else int(recorded)
+
+    async def admit_cluster(self, lb: JSON, cluster: str) -> JSON:
         """Record the client cluster among the load balancer's `upstream-clusters`; refused when the load balancer
-        serves another cluster already and its service group cannot be shared."""
+        serves another cluster already and its service group cannot be shared. The load balancer as it is now."""
         namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
         group_name = lb["spec"].get("service-group", "")
         group = await self.kube.get(LBServiceGroup, namespace, group_name)
@@ -279,7 +319,7 @@ class Registry:
                 raise NotFoundError(f"load balancer {name!r} was deleted")
             clusters = list((current.get("status") or {}).get(CLUSTERS) or [])
             if cluster in clusters:
-                return
+                return current
             if clusters and not shareable:
                 raise NotShareableError(
                     f"cluster: load balancer {name!r} serves cluster {clusters[0]!r}, and its service group "
@@ -287,8 +327,7 @@ class Registry:
                 )
             current.setdefault("status", {})[CLUSTERS] = [*clusters, cluster]
             try:
-                await self.kube.replace_status(LoadBalancer, current)
-                return
+                return await self.kube.replace_status(LoadBalancer, current)
             except client.ApiException as error:
                 if not is_conflict(error):
                     raise
@@ -424,13 +463,23 @@ class Registry:
             labels={LOAD_BALANCER_LABEL: load_balancer, ACCOUNT_LABEL: account},
             ownerReferences=[owner_reference(lb)],
         ).to_wire()
+        work = asyncio.ensure_future(self._register(namespace, name, body, lb))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(_log_abandoned)
+            raise
+
+    async def _register(self, namespace: str, name: str, body: JSON, lb: JSON) -> tuple[Tunnel, bool]:
+        """Shielded from the caller: a registration the client gives up on (deadline, disconnect) still finishes,
+        so it never stops between its object, its node's tunnel and its status; the client's retry finds it."""
         self.in_flight.add((namespace, name))
         try:
-            return await self._register(namespace, name, body, lb)
+            return await self._create_and_accept(namespace, name, body, lb)
         finally:
             self.in_flight.discard((namespace, name))
 
-    async def _register(self, namespace: str, name: str, body: JSON, lb: JSON) -> tuple[Tunnel, bool]:
+    async def _create_and_accept(self, namespace: str, name: str, body: JSON, lb: JSON) -> tuple[Tunnel, bool]:
         created = True
         try:
             rep = await self.kube.create(RemoteEndpoint, namespace, body)
@@ -448,7 +497,7 @@ class Registry:
                 ) from None
             rep = existing
         try:
-            await self.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
+            lb = await self.admit_cluster(lb, rep["spec"].get("cluster", DEFAULT_CLUSTER))
         except NotShareableError:
             if created:  # nothing half-done: the registration goes with the refusal
                 await self.kube.delete(RemoteEndpoint, namespace, name)
@@ -526,6 +575,12 @@ class Registry:
             epic=epic,
             remote_endpoint=meta["name"],
         )
+
+
+def _log_abandoned(work: asyncio.Future[Any]) -> None:
+    """A registration whose caller went away finished: its failure is logged, nobody else will see it."""
+    if not work.cancelled() and work.exception() is not None:
+        log.warning("a registration whose caller went away failed: %s", work.exception())
 
 
 def _is_ready(rep: JSON) -> bool:

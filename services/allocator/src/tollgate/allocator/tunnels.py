@@ -81,16 +81,20 @@ class Metrics:
 
 
 class EpicSingleton:
-    """Reads and writes epic/epic; creates it when absent, its counter above every tunnel ID still held."""
+    """Reads and writes epic/epic; creates it when absent. Before this process takes IDs from a singleton (the
+    first it sees, and any that replaced it: deleted and recreated, or restored from a backup), it raises the
+    counter above every tunnel ID still held, whatever the singleton's conditions say: a restored singleton
+    keeps its `Initialized` condition along with an old counter."""
 
     def __init__(self, kube: Kube, default_spec: EPICSpec) -> None:
         self.kube = kube
         self.default_spec = default_spec
         self._ensure_lock = asyncio.Lock()
+        self._floored_uid: str | None = None
 
     async def read(self) -> JSON:
         obj = await self.kube.get(EPIC, SYSTEM_NAMESPACE, SINGLETON_NAME)
-        if obj is None or not allocation.is_initialized(status_of(obj)):
+        if obj is None or obj["metadata"].get("uid") != self._floored_uid:
             obj = await self.ensure()
         return obj
 
@@ -98,7 +102,7 @@ class EpicSingleton:
         return await self.kube.replace_status(EPIC, obj)
 
     async def ensure(self) -> JSON:
-        """The singleton, created with defaults if absent (the `epic` namespace too), and initialized."""
+        """The singleton, created with defaults if absent (the `epic` namespace too), its counter floored."""
         async with self._ensure_lock:
             obj = await self.kube.get(EPIC, SYSTEM_NAMESPACE, SINGLETON_NAME)
             if obj is None:
@@ -110,8 +114,9 @@ class EpicSingleton:
                 except Exception as error:
                     if not is_conflict(error):
                         raise
-            if obj is None or not allocation.is_initialized(status_of(obj)):
+            if obj is None or obj["metadata"].get("uid") != self._floored_uid:
                 obj = await self._initialize()
+                self._floored_uid = obj["metadata"].get("uid")
             return obj
 
     async def _initialize(self) -> JSON:
@@ -130,7 +135,9 @@ class EpicSingleton:
             return obj
 
         result = await update_optimistically(read, mutate, self.replace, is_conflict, what="EPIC initialization")
-        log.info("EPIC tunnel-ID counter initialized above %s", highest)
+        uid = result.written["metadata"].get("uid")
+        counter = status_of(result.written).current_tunnel_id
+        log.info("EPIC singleton %s: tunnel-ID counter at %s, above every ID in use (%s)", uid, counter, highest)
         return result.written
 
     async def highest_in_use(self) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+import urllib3
 from kubernetes import client
 from opentelemetry import trace
 
@@ -99,6 +100,10 @@ class AllocatorService(pb_grpc.AllocatorServicer):
                 if code is None and isinstance(error, client.ApiException):
                     code = grpc.StatusCode.UNAVAILABLE
                     message = f"the Kubernetes API answered {error.status} {error.reason}"
+                elif code is None and isinstance(error, (urllib3.exceptions.HTTPError, OSError)):
+                    code = grpc.StatusCode.UNAVAILABLE
+                    message = f"the Kubernetes API could not be reached: {error}"
+                    log.warning("%s: %s", name, message)
                 else:
                     message = str(error)
                 if code is None:
