@@ -52,9 +52,9 @@ from tollgate.routedip.state import (
     routed_ip_state,
 )
 from tollgate.routedip.validation import class_problems
-from tollgate.routedip.workqueue import WorkQueue
 from tollgate.runtime.kube import is_conflict, is_not_found
 from tollgate.runtime.telemetry import Telemetry
+from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 
 log = logging.getLogger("tollgate.routedip")
 FINALIZER = f"{GROUP}/release"
@@ -159,13 +159,13 @@ class Controller:
         ]
 
     async def stop(self) -> None:
+        self.queue.close()
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
         if self._posting:
             await asyncio.wait(self._posting, timeout=5)
-        self.queue.close()
         await self.providers.close()
 
     def mark_synced(self) -> None:
@@ -275,7 +275,10 @@ class Controller:
     async def _work(self) -> None:
         await self.synced.wait()
         while True:
-            key = await self.queue.get()
+            try:
+                key = await self.queue.get()
+            except QueueClosed:
+                return
             try:
                 with self.tracer.start_as_current_span(f"reconcile {key[0]}", attributes={"key": "/".join(key)}):
                     await self._reconcile(key)
@@ -290,7 +293,7 @@ class Controller:
                     delay = error.retry_after
                     self.queue.add_after(key, delay)
                 else:
-                    delay = self.queue.backoff(key)
+                    delay = self.queue.retry(key)
                 log.warning(
                     "reconcile %s failed (retry in %.1f s): %s",
                     "/".join(key),
