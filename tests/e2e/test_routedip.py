@@ -560,3 +560,36 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
     assert fake.reserved_ips[ip] == 400002
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "b-second")
     wait_for(lambda: fake.reserved_ips[ip] is None, "the IP to be unassigned on deletion", timeout=30)
+
+
+def test_a_newer_routed_ip_placed_before_the_older_was_seen_gives_the_address_up(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    digitalocean: DigitalOcean,
+    controller: Controller,
+    make_class: Callable[..., str],
+) -> None:
+    """The other half of the race: the controller placed the newer RoutedIP because the older one had not
+    reached its cache yet. Here that state is written while no controller runs (the newer one recorded on
+    tollgate-worker-1, which DigitalOcean agrees holds the address); the controller then finds the older
+    claim, unassigns the newer one's node, clears its placement and reports Conflict, and only after that
+    assigns the address for the older one. Without the webhook, as above."""
+    ip = "203.0.113.19"
+    fake = digitalocean.fake
+    fake.add_reserved_ip(ip, droplet=400001)
+    class_name = make_class("digitalocean", fromSecretsRef=digitalocean.secrets, digitalocean={"apiURL": fake.url})
+    make_service(core, namespace)
+    make_routed_ip(custom, namespace, class_name, ip, name="a-first")
+    make_routed_ip(custom, namespace, class_name, ip, name="b-second")
+    placed = {"assignedNode": "tollgate-worker-1"}
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "routedips", "b-second", {"status": placed})
+    controller.start()
+
+    wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
+    loser = status(custom, namespace, "b-second")
+    assert (ready(loser)["status"], ready(loser)["reason"]) == ("False", "Conflict")
+    assert not loser.get("assignedNode") and not loser.get("targetNode")
+    actions = [(a.type, a.droplet) for a in list(fake.actions.values()) if a.ip == ip]
+    assert actions == [("unassign", None), ("assign", 400002)], "the newer claim let go before the older took it"
+    assert fake.reserved_ips[ip] == 400002
