@@ -437,6 +437,10 @@ class DigitalOcean:
     fake: FakeDigitalOcean
     secrets: list[dict[str, str]]  # a class's fromSecretsRef: the Secret holding the fake's token
 
+    def actions(self, ip: str) -> list[tuple[str, int | None]]:
+        """The reserved IP actions DigitalOcean carried out on `ip`, in order: (assign/unassign, droplet)."""
+        return [(a.type, a.droplet) for a in list(self.fake.actions.values()) if a.ip == ip]
+
 
 @pytest.fixture
 def digitalocean(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[DigitalOcean]:
@@ -526,9 +530,6 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
     make_service(core, namespace)
     controller.start()
 
-    def actions() -> list[tuple[str, int | None]]:
-        return [(a.type, a.droplet) for a in list(fake.actions.values()) if a.ip == ip]
-
     make_routed_ip(custom, namespace, class_name, ip, name="a-first")
     wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
     # Named so that the older also sorts first should both be created within one second.
@@ -548,7 +549,7 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
     )
     warning = next(e for e in events(core, namespace, "Conflict") if e.involved_object.name == "b-second")
     assert warning.type == "Warning"
-    assert actions() == [("assign", 400002)], "the newer RoutedIP assigned nothing"
+    assert digitalocean.actions(ip) == [("assign", 400002)], "the newer RoutedIP assigned nothing"
     assert fake.reserved_ips[ip] == 400002
     loser = status(custom, namespace, "b-second")
     assert not loser.get("assignedNode") and not loser.get("targetNode")
@@ -556,7 +557,7 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
 
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "a-first")
     wait_assigned(custom, namespace, "tollgate-worker-2", "b-second")
-    assert actions() == [("assign", 400002), ("unassign", None), ("assign", 400002)]
+    assert digitalocean.actions(ip) == [("assign", 400002), ("unassign", None), ("assign", 400002)]
     assert fake.reserved_ips[ip] == 400002
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "b-second")
     wait_for(lambda: fake.reserved_ips[ip] is None, "the IP to be unassigned on deletion", timeout=30)
@@ -590,6 +591,5 @@ def test_a_newer_routed_ip_placed_before_the_older_was_seen_gives_the_address_up
     loser = status(custom, namespace, "b-second")
     assert (ready(loser)["status"], ready(loser)["reason"]) == ("False", "Conflict")
     assert not loser.get("assignedNode") and not loser.get("targetNode")
-    actions = [(a.type, a.droplet) for a in list(fake.actions.values()) if a.ip == ip]
-    assert actions == [("unassign", None), ("assign", 400002)], "the newer claim let go before the older took it"
+    assert digitalocean.actions(ip) == [("unassign", None), ("assign", 400002)], "the newer let go first"
     assert fake.reserved_ips[ip] == 400002
