@@ -4,8 +4,9 @@ A RoutedIP lands on the youngest eligible node; a node that goes NotReady, is co
 loses its backing pod gives the IP up to another; the Job provider's Jobs run to completion and a failing
 one is retried and reported; a controller that crashes midway through a move leaves exactly one holder;
 the DigitalOcean provider drives a fake DigitalOcean API (a real HTTP server) through reserved IP actions
-and the firewall. Nodes are simulated by KWOK, which keeps them Ready: a ValidatingAdmissionPolicy
-holds a labelled node NotReady (it refuses any status write that would make it Ready again).
+and the firewall; of two RoutedIPs of one address the older holds it and the newer takes over after it.
+Nodes are simulated by KWOK, which keeps them Ready: a ValidatingAdmissionPolicy holds a labelled node
+NotReady (it refuses any status write that would make it Ready again).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -430,15 +432,21 @@ class FakeDigitalOceanThread:
         self.thread.join(10)
 
 
-def test_the_digitalocean_provider_assigns_reserved_ips_and_opens_the_firewall(
-    core: client.CoreV1Api,
-    custom: client.CustomObjectsApi,
-    namespace: str,
-    controller: Controller,
-    make_class: Callable[..., str],
-    nodes: Nodes,
-) -> None:
-    ip = "203.0.113.16"
+@dataclass
+class DigitalOcean:
+    fake: FakeDigitalOcean
+    secrets: list[dict[str, str]]  # a class's fromSecretsRef: the Secret holding the fake's token
+
+    def actions(self, ip: str) -> list[tuple[str, int | None]]:
+        """The reserved IP actions DigitalOcean carried out on `ip`, in order: (assign/unassign, droplet)."""
+        return [(a.type, a.droplet) for a in list(self.fake.actions.values()) if a.ip == ip]
+
+
+@pytest.fixture
+def digitalocean(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[DigitalOcean]:
+    """The fake DigitalOcean API, knowing the cluster's three droplets, and its token in a Secret. A test asks for
+    it before `controller`, so that the controller's teardown still reaches it to release the test's IPs."""
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     secret = f"routedip-e2e-do-{uuid.uuid4().hex[:6]}"
     token = base64.b64encode(b"e2e-token").decode()
     core.create_namespaced_secret(
@@ -447,40 +455,141 @@ def test_the_digitalocean_provider_assigns_reserved_ips_and_opens_the_firewall(
     try:
         with FakeDigitalOceanThread() as fake:
             fake.add_droplets(400000, 400001, 400002)
-            fake.add_reserved_ip(ip)
-            fake.add_firewall("fw-e2e")
-            secrets = [{"name": secret, "namespace": SYSTEM_NAMESPACE}]
-            settings = {"apiURL": fake.url, "firewallID": "fw-e2e"}
-            class_name = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings)
-            greedy = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings, perNodeIPLimit=2)
-            node_port = make_service(core, namespace)
-            fake.inject(429, method="POST", path="/actions", headers={"Retry-After": "1"})
-            controller.start()
-            make_routed_ip(custom, namespace, class_name, ip)
-            make_routed_ip(custom, namespace, greedy, "203.0.113.17", name="greedy")
-
-            wait_assigned(custom, namespace, "tollgate-worker-2")
-            assert fake.reserved_ips[ip] == 400002
-            firewall = fake.firewalls["fw-e2e"]
-            assert firewall.droplet_ids == {400002}
-            assert [(r["protocol"], r["ports"]) for r in firewall.inbound_rules] == [("tcp", str(node_port))]
-
-            nodes.hold_not_ready("tollgate-worker-2")
-            wait_assigned(custom, namespace, "tollgate-worker-1")
-            assert fake.reserved_ips[ip] == 400001
-            wait_for(lambda: firewall.droplet_ids == {400001}, "the firewall to follow the IP", timeout=10)
-
-            def refused() -> dict[str, Any] | None:
-                condition = ready(status(custom, namespace, "greedy"))
-                return condition if condition.get("reason") == "ClassNotAccepted" else None
-
-            condition = wait_for(refused, "the greedy RoutedIP to be refused", timeout=30)
-            assert "spec.perNodeIPLimit: DigitalOcean allows 1 reserved IP per droplet; got 2" in condition["message"]
-            greedy_class = custom.get_cluster_custom_object(GROUP, VERSION, "clusterroutedipclasses", greedy)
-            accepted = next(c for c in greedy_class["status"]["conditions"] if c["type"] == "Accepted")
-            assert (accepted["status"], accepted["reason"]) == ("False", "PerNodeIPLimitUnsupported")
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "web")
-            wait_for(lambda: fake.reserved_ips[ip] is None, "the IP to be unassigned on deletion", timeout=30)
-            wait_for(lambda: not firewall.droplet_ids, "the firewall to be emptied on deletion", timeout=10)
+            yield DigitalOcean(fake, [{"name": secret, "namespace": SYSTEM_NAMESPACE}])
     finally:
         core.delete_namespaced_secret(secret, SYSTEM_NAMESPACE)
+
+
+def test_the_digitalocean_provider_assigns_reserved_ips_and_opens_the_firewall(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    digitalocean: DigitalOcean,
+    controller: Controller,
+    make_class: Callable[..., str],
+    nodes: Nodes,
+) -> None:
+    ip = "203.0.113.16"
+    fake = digitalocean.fake
+    fake.add_reserved_ip(ip)
+    fake.add_firewall("fw-e2e")
+    secrets = digitalocean.secrets
+    settings = {"apiURL": fake.url, "firewallID": "fw-e2e"}
+    class_name = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings)
+    greedy = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings, perNodeIPLimit=2)
+    node_port = make_service(core, namespace)
+    fake.inject(429, method="POST", path="/actions", headers={"Retry-After": "1"})
+    controller.start()
+    make_routed_ip(custom, namespace, class_name, ip)
+    make_routed_ip(custom, namespace, greedy, "203.0.113.17", name="greedy")
+
+    wait_assigned(custom, namespace, "tollgate-worker-2")
+    assert fake.reserved_ips[ip] == 400002
+    firewall = fake.firewalls["fw-e2e"]
+    assert firewall.droplet_ids == {400002}
+    assert [(r["protocol"], r["ports"]) for r in firewall.inbound_rules] == [("tcp", str(node_port))]
+
+    nodes.hold_not_ready("tollgate-worker-2")
+    wait_assigned(custom, namespace, "tollgate-worker-1")
+    assert fake.reserved_ips[ip] == 400001
+    wait_for(lambda: firewall.droplet_ids == {400001}, "the firewall to follow the IP", timeout=10)
+
+    def refused() -> dict[str, Any] | None:
+        condition = ready(status(custom, namespace, "greedy"))
+        return condition if condition.get("reason") == "ClassNotAccepted" else None
+
+    condition = wait_for(refused, "the greedy RoutedIP to be refused", timeout=30)
+    assert "spec.perNodeIPLimit: DigitalOcean allows 1 reserved IP per droplet; got 2" in condition["message"]
+    greedy_class = custom.get_cluster_custom_object(GROUP, VERSION, "clusterroutedipclasses", greedy)
+    accepted = next(c for c in greedy_class["status"]["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "PerNodeIPLimitUnsupported")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "web")
+    wait_for(lambda: fake.reserved_ips[ip] is None, "the IP to be unassigned on deletion", timeout=30)
+    wait_for(lambda: not firewall.droplet_ids, "the firewall to be emptied on deletion", timeout=10)
+
+
+def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_over(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    digitalocean: DigitalOcean,
+    controller: Controller,
+    make_class: Callable[..., str],
+) -> None:
+    """Two RoutedIPs ask for one address: the older holds it, the newer is `Ready=False`, reason Conflict
+    (naming the older, with a Warning Event) and touches nothing; when the older is deleted, the newer
+    takes the address over. DigitalOcean sees one assignment per holder, never a tug of war.
+
+    The webhook refuses a second RoutedIP for an address, but it judges from a cache that can lag behind
+    a create made a moment earlier: that is how two get in on a running system. This module runs without
+    the webhook (nothing registers it on the test cluster), so the second create goes straight in."""
+    ip = "203.0.113.18"
+    fake = digitalocean.fake
+    fake.add_reserved_ip(ip)
+    class_name = make_class("digitalocean", fromSecretsRef=digitalocean.secrets, digitalocean={"apiURL": fake.url})
+    make_service(core, namespace)
+    controller.start()
+
+    make_routed_ip(custom, namespace, class_name, ip, name="a-first")
+    wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
+    # Named so that the older also sorts first should both be created within one second.
+    make_routed_ip(custom, namespace, class_name, ip, name="b-second")
+
+    def conflict() -> dict[str, Any] | None:
+        condition = ready(status(custom, namespace, "b-second"))
+        return condition if condition.get("reason") == "Conflict" else None
+
+    condition = wait_for(conflict, "the newer RoutedIP to report the conflict", timeout=30)
+    assert condition["status"] == "False"
+    assert f"spec.routedIP: {ip} is already routed by RoutedIP a-first" in condition["message"]
+    wait_for(
+        lambda: [e for e in events(core, namespace, "Conflict") if e.involved_object.name == "b-second"],
+        "a Conflict Event on the newer RoutedIP",
+        timeout=10,
+    )
+    warning = next(e for e in events(core, namespace, "Conflict") if e.involved_object.name == "b-second")
+    assert warning.type == "Warning"
+    assert digitalocean.actions(ip) == [("assign", 400002)], "the newer RoutedIP assigned nothing"
+    assert fake.reserved_ips[ip] == 400002
+    loser = status(custom, namespace, "b-second")
+    assert not loser.get("assignedNode") and not loser.get("targetNode")
+    assert ready(status(custom, namespace, "a-first"))["status"] == "True"
+
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "a-first")
+    wait_assigned(custom, namespace, "tollgate-worker-2", "b-second")
+    assert digitalocean.actions(ip) == [("assign", 400002), ("unassign", None), ("assign", 400002)]
+    assert fake.reserved_ips[ip] == 400002
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "routedips", "b-second")
+    wait_for(lambda: fake.reserved_ips[ip] is None, "the IP to be unassigned on deletion", timeout=30)
+
+
+def test_a_newer_routed_ip_placed_before_the_older_was_seen_gives_the_address_up(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    digitalocean: DigitalOcean,
+    controller: Controller,
+    make_class: Callable[..., str],
+) -> None:
+    """The other half of the race: the controller placed the newer RoutedIP because the older one had not
+    reached its cache yet. Here that state is written while no controller runs (the newer one recorded on
+    tollgate-worker-1, which DigitalOcean agrees holds the address); the controller then finds the older
+    claim, unassigns the newer one's node, clears its placement and reports Conflict, and only after that
+    assigns the address for the older one. Without the webhook, as above."""
+    ip = "203.0.113.19"
+    fake = digitalocean.fake
+    fake.add_reserved_ip(ip, droplet=400001)
+    class_name = make_class("digitalocean", fromSecretsRef=digitalocean.secrets, digitalocean={"apiURL": fake.url})
+    make_service(core, namespace)
+    make_routed_ip(custom, namespace, class_name, ip, name="a-first")
+    make_routed_ip(custom, namespace, class_name, ip, name="b-second")
+    placed = {"assignedNode": "tollgate-worker-1"}
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "routedips", "b-second", {"status": placed})
+    controller.start()
+
+    wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
+    loser = status(custom, namespace, "b-second")
+    assert (ready(loser)["status"], ready(loser)["reason"]) == ("False", "Conflict")
+    assert not loser.get("assignedNode") and not loser.get("targetNode")
+    assert digitalocean.actions(ip) == [("unassign", None), ("assign", 400002)], "the newer let go first"
+    assert fake.reserved_ips[ip] == 400002

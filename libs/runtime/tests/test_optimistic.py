@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tollgate.runtime.optimistic import Backoff, OptimisticUpdateError, update_optimistically
+from tollgate.runtime.backoff import Backoff
+from tollgate.runtime.optimistic import OptimisticUpdateError, update_optimistically
 
 
 class Conflict(Exception):

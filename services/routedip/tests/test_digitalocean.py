@@ -12,6 +12,7 @@ from tollgate.routedip.firewall import plan_firewall
 from tollgate.routedip.providers import FirewallContext, NodeTarget, ProviderError, RoutedIPRef
 from tollgate.routedip.providers.digitalocean import DigitalOceanClient, DigitalOceanProvider
 from tollgate.routedip.state import NodeState, PodState, ServicePort, ServiceState, class_state
+from tollgate.runtime.backoff import Backoff
 from tollgate.testing.fakedo import FakeDigitalOcean
 
 IP = "203.0.113.10"
@@ -38,7 +39,7 @@ async def fake() -> AsyncIterator[FakeDigitalOcean]:
 
 @pytest.fixture
 async def client(fake: FakeDigitalOcean) -> AsyncIterator[DigitalOceanClient]:
-    do = DigitalOceanClient(fake.url, "secret", attempts=4, backoff=0.01, poll_interval=0.01)
+    do = DigitalOceanClient(fake.url, "secret", attempts=4, backoff=Backoff(base=0.01, cap=0.1), poll_interval=0.01)
     yield do
     await do.close()
 
@@ -124,7 +125,7 @@ async def test_5xx_that_persists_gives_up_with_a_clear_error(
 
 
 async def test_a_bad_token_is_reported(fake: FakeDigitalOcean) -> None:
-    bad = DigitalOceanClient(fake.url, "wrong", backoff=0.01)
+    bad = DigitalOceanClient(fake.url, "wrong", backoff=Backoff(base=0.01, cap=0.1))
     try:
         with pytest.raises(ProviderError) as caught:
             await DigitalOceanProvider(bad, None).assign(REF, A, None)

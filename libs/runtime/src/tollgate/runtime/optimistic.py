@@ -13,8 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from tollgate.runtime.backoff import Backoff as Backoff  # the type of `backoff` below, for callers
+
 T = TypeVar("T")
 R = TypeVar("R")
+CONFLICT_BACKOFF = Backoff()
 
 
 class OptimisticUpdateError(RuntimeError):
@@ -32,16 +35,6 @@ class UpdateResult(Generic[T, R]):
         return self.attempts - 1
 
 
-@dataclass(frozen=True)
-class Backoff:
-    base: float = 0.005
-    cap: float = 0.5
-
-    def pause(self, attempt: int, rng: random.Random) -> float:
-        """Full jitter: a random pause up to base * 2**attempt, capped."""
-        return rng.uniform(0, min(self.cap, self.base * 2**attempt))
-
-
 async def update_optimistically(
     read: Callable[[], Awaitable[T]],
     mutate: Callable[[T], R],
@@ -50,7 +43,7 @@ async def update_optimistically(
     *,
     what: str,
     attempts: int = 20,
-    backoff: Backoff = Backoff(),
+    backoff: Backoff = CONFLICT_BACKOFF,
     rng: random.Random | None = None,
     on_conflict: Callable[[int], None] | None = None,
 ) -> UpdateResult[T, R]:

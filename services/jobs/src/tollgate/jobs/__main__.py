@@ -22,13 +22,18 @@ class Settings(ControllerSettings):
 
     service_name: str = "tollgate-jobs"
     max_backoff_seconds: float = Field(default=60.0, gt=0, description="Longest pause before retrying a reconcile.")
+    workers: int = Field(default=32, gt=0, description="Goops reconciled at the same time.")
     name_taken_retry_seconds: float = Field(
         default=30.0, gt=0, description="Pause before retrying a worker whose Job name another object holds."
     )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
-    tuning = Tuning(max_backoff=settings.max_backoff_seconds, taken_retry=settings.name_taken_retry_seconds)
+    tuning = Tuning(
+        max_backoff=settings.max_backoff_seconds,
+        taken_retry=settings.name_taken_retry_seconds,
+        workers=settings.workers,
+    )
     reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
     try:
         await run_operator(settings, context, build_registry(reconciler), lease_config(settings))

@@ -1,7 +1,8 @@
 """The reconcile loop around the planner: one reconcile at a time per Goop, requests coalesced, failures retried.
 
-Every trigger (the Goop changed, one of its Jobs changed, a node changed) only marks the Goop dirty; one
-worker task per Goop reconciles until it is clean, so a burst of Job events costs one or two reconciles.
+Every trigger (the Goop changed, one of its Jobs changed, a node changed) only queues the Goop's key in the
+runtime's work queue, which holds a key once and never gives it to two workers, so a burst of Job events
+costs one or two reconciles; a failed reconcile is retried after the key's own growing backoff.
 A reconcile reads the Goop (a fresh GET: the status is the run's memory), takes its Jobs and the nodes from
 kopf's in-memory indexes, plans, acts, plans again and writes the status only when it changed.
 
@@ -34,7 +35,9 @@ from tollgate.jobs.planning import (
 )
 from tollgate.models.base import merge_patch, now_rfc3339
 from tollgate.models.goop import Goop, GoopStatus
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.telemetry import Telemetry
+from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 
 log = logging.getLogger("tollgate.jobs")
 
@@ -52,6 +55,8 @@ class ClusterView(Protocol):
 @dataclass
 class Tuning:
     max_backoff: float = 60.0
+    first_backoff: float = 0.5
+    workers: int = 32
     taken_retry: float = 30.0
     expectation_ttl: float = 60.0
 
@@ -79,10 +84,11 @@ class Reconciler:
         )
         self._jobs_created = meter.create_counter("goop_jobs_created", description="Worker Jobs created")
         self._jobs_deleted = meter.create_counter("goop_jobs_deleted", description="Worker Jobs deleted")
-        self._dirty: set[Key] = set()
-        self._workers: dict[Key, asyncio.Task[None]] = {}
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._failures: dict[Key, int] = {}
+        retry = Backoff(
+            base=min(self.tuning.first_backoff, self.tuning.max_backoff), cap=self.tuning.max_backoff, jitter=0.5
+        )
+        self.queue: WorkQueue[Key] = WorkQueue(retry)
+        self._workers: list[asyncio.Task[None]] = []
         self._created: dict[str, dict[str, tuple[ObservedJob, float]]] = {}
         self._deleted: dict[str, dict[str, float]] = {}
         self._tombstones: dict[str, dict[str, ObservedJob]] = {}
@@ -95,9 +101,13 @@ class Reconciler:
         """Reconcile the Goop `key` soon; requests made while one is queued are merged into it."""
         if view is not None:
             self.view = view
-        self._dirty.add(key)
-        if key not in self._workers:
-            self._workers[key] = asyncio.create_task(self._work(key), name=f"reconcile {key[0]}/{key[1]}")
+        if not self._workers:
+            # Started from the first handler rather than at startup: the workers post Events with kopf.event(),
+            # which needs the context kopf sets up for its handlers.
+            self._workers = [
+                asyncio.create_task(self._work(), name=f"goop-worker-{i}") for i in range(self.tuning.workers)
+            ]
+        self.queue.add(key)
 
     def job_gone(self, goop_uid: str, job: ObservedJob) -> None:
         """A worker Job was deleted: if it had finished, keep its outcome until the status records it."""
@@ -113,54 +123,43 @@ class Reconciler:
         return self._written.get(goop_uid) == (generation, status)
 
     async def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        workers = list(self._workers.values())
-        for task in workers:
+        self.queue.close()
+        for task in self._workers:
             task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
 
-    def _later(self, key: Key, delay: float) -> None:
-        existing = self._timers.pop(key, None)
-        if existing is not None:
-            existing.cancel()
-
-        def fire() -> None:
-            self._timers.pop(key, None)
-            self.request(key)
-
-        self._timers[key] = asyncio.get_running_loop().call_later(delay, fire)
-
-    async def _work(self, key: Key) -> None:
-        try:
-            while key in self._dirty:
-                self._dirty.discard(key)
-                started = time.monotonic()
-                try:
-                    requeue = await self.reconcile(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:
-                    failures = self._failures.get(key, 0) + 1
-                    self._failures[key] = failures
-                    delay = min(self.tuning.max_backoff, 0.5 * 2 ** (failures - 1))
-                    log.warning(
-                        "reconcile failed; retrying",
-                        exc_info=error,
-                        extra={"goop": f"{key[0]}/{key[1]}", "retry_in": delay},
-                    )
-                    self._reconciles.add(1, {"result": "error"})
-                    self._later(key, delay)
-                else:
-                    self._failures.pop(key, None)
-                    self._reconciles.add(1, {"result": "ok"})
-                    if requeue is not None:
-                        self._later(key, requeue)
-                finally:
-                    self._duration.record(time.monotonic() - started)
-        finally:
-            self._workers.pop(key, None)
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueClosed:
+                return
+            started = time.monotonic()
+            try:
+                requeue = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                delay = self.queue.retry(key)
+                log.warning(
+                    "reconcile failed; retrying",
+                    exc_info=error,
+                    extra={
+                        "goop": f"{key[0]}/{key[1]}",
+                        "retry_in": round(delay, 3),
+                        "failures": self.queue.failures(key),
+                    },
+                )
+                self._reconciles.add(1, {"result": "error"})
+            else:
+                self.queue.forget(key)
+                self._reconciles.add(1, {"result": "ok"})
+                if requeue is not None:
+                    self.queue.add_after(key, requeue)
+            finally:
+                self._duration.record(time.monotonic() - started)
+                self.queue.done(key)
 
     # --- one reconcile --------------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from tollgate.models.routedip import (
     RoutedIPStatus,
     parse_port_range,
 )
+from tollgate.routedip.arbitration import CONFLICT, conflict_message, holder_instead, rivals
 from tollgate.routedip.election import Decision, ElectionInput, backing_nodes, decide, usage_by_node
 from tollgate.routedip.firewall import FirewallPlan, plan_firewall
 from tollgate.routedip.k8s import Kube
@@ -52,9 +53,9 @@ from tollgate.routedip.state import (
     routed_ip_state,
 )
 from tollgate.routedip.validation import class_problems
-from tollgate.routedip.workqueue import WorkQueue
 from tollgate.runtime.kube import is_conflict, is_not_found
 from tollgate.runtime.telemetry import Telemetry
+from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 
 log = logging.getLogger("tollgate.routedip")
 FINALIZER = f"{GROUP}/release"
@@ -159,13 +160,13 @@ class Controller:
         ]
 
     async def stop(self) -> None:
+        self.queue.close()
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
         if self._posting:
             await asyncio.wait(self._posting, timeout=5)
-        self.queue.close()
         await self.providers.close()
 
     def mark_synced(self) -> None:
@@ -265,17 +266,24 @@ class Controller:
             if rip.class_name in class_names or not self.classes(rip.class_name):
                 self.queue.add(("rip", rip.namespace, rip.name))
 
-    def routed_ip_changed(self, key: tuple[str, str], rip: RoutedIPState | None) -> None:
+    def routed_ip_changed(self, rip: RoutedIPState, deleted: bool) -> None:
         self._changed()
-        if rip is not None and self._written.get(key) == rip.resource_version:
+        if not deleted and self._written.get(rip.key) == rip.resource_version:
             return  # the echo of this controller's own write
-        self.queue.add(("rip", *key))
+        # A deletion, or an edit of spec.routedIP, can free the address a RoutedIP in Conflict waits for.
+        for other in self.routed_ips():
+            if other.key != rip.key and (other.ip == rip.ip or other.ready.get("reason") == CONFLICT):
+                self.queue.add(("rip", *other.key))
+        self.queue.add(("rip", *rip.key))
 
     # ----- workers -----
     async def _work(self) -> None:
         await self.synced.wait()
         while True:
-            key = await self.queue.get()
+            try:
+                key = await self.queue.get()
+            except QueueClosed:
+                return
             try:
                 with self.tracer.start_as_current_span(f"reconcile {key[0]}", attributes={"key": "/".join(key)}):
                     await self._reconcile(key)
@@ -290,7 +298,7 @@ class Controller:
                     delay = error.retry_after
                     self.queue.add_after(key, delay)
                 else:
-                    delay = self.queue.backoff(key)
+                    delay = self.queue.retry(key)
                 log.warning(
                     "reconcile %s failed (retry in %.1f s): %s",
                     "/".join(key),
@@ -395,6 +403,23 @@ class Controller:
             if FINALIZER in rip.finalizers and self._released.get(key) != rip.uid:
                 await self.release(rip)
             return
+        winner = holder_instead(rip, self.routed_ips())
+        if winner is not None:
+            await self.give_way(rip, winner)
+            return
+        letting_go = [other for other in rivals(rip, self.routed_ips()) if other.placement.nodes()]
+        if letting_go:
+            # Acting now could assign the address where a newer claim is about to unassign it.
+            for other in letting_go:
+                self.queue.add(("rip", *other.key))
+            log.info(
+                "%s/%s waits for %s to let go of %s",
+                rip.namespace,
+                rip.name,
+                ", ".join(f"{o.namespace}/{o.name}" for o in letting_go),
+                rip.ip,
+            )
+            return
         rip = await self.ensure_finalizer(rip)
         cls, problem = self.class_for(rip)
         if cls is None or cls.spec is None:
@@ -426,6 +451,48 @@ class Controller:
             await self.complete_move(rip, cls, provider)
             return
         await self.settle(rip, cls, provider, decision)
+
+    async def give_way(self, rip: RoutedIPState, winner: RoutedIPState) -> None:
+        """An older claim holds this RoutedIP's address: let go of the nodes this one records (never one the
+        winner records: the address is the winner's there), then say why it waits."""
+        message = conflict_message(rip, winner)
+        previous = rip.ready
+        await self.let_go(rip)
+        if rip.placement.nodes():
+            rip = await self.write_status(rip, assigned=None, target=None, ready=("False", CONFLICT, message))
+            self.queue.add(("rip", *winner.key))
+        else:
+            rip = await self.write_status(rip, ready=("False", CONFLICT, message))
+        if (previous.get("status"), previous.get("reason")) != ("False", CONFLICT):
+            log.warning(
+                "%s/%s gives way to %s/%s, the older claim of %s",
+                rip.namespace,
+                rip.name,
+                winner.namespace,
+                winner.name,
+                rip.ip,
+            )
+            self.event(involved(rip), "Warning", CONFLICT, message)
+
+    async def let_go(self, rip: RoutedIPState) -> tuple[list[str], ClassState | None, Provider | None]:
+        """Unassign the address from the nodes `rip` records, but those another RoutedIP of the address records
+        (the address is that one's there). Returns the nodes, and the class and provider when it could."""
+        held = sorted(rip.placement.nodes() - self._held_by_rivals(rip))
+        candidates = self.classes(rip.class_name)
+        cls = candidates[0] if candidates else None
+        if not held or cls is None or cls.spec is None:
+            return held, None, None
+        nodes = self.nodes()
+        provider = await self.providers.for_class(cls)
+        ref = RoutedIPRef(rip.namespace, rip.name, rip.uid, rip.ip)
+        for node in held:
+            await self.untaint_if_unused(node, excluding=rip.key)
+            await provider.unassign(ref, NodeTarget.of(node, nodes))
+        return held, cls, provider
+
+    def _held_by_rivals(self, rip: RoutedIPState) -> set[str]:
+        """The nodes other RoutedIPs of the same address record: unassigning the address there is theirs to do."""
+        return {node for other in rivals(rip, self.routed_ips()) for node in other.placement.nodes()}
 
     def decide(self, rip: RoutedIPState, cls: ClassState) -> Decision:
         assert cls.spec is not None
@@ -582,24 +649,15 @@ class Controller:
 
     async def _transition(self, rip: RoutedIPState, status: str, reason: str, message: str) -> bool:
         """Write the Ready condition; True when its status or reason changed (worth an Event)."""
-        previous: Mapping[str, Any] = next(
-            (c for c in rip.status.get("conditions") or [] if c.get("type") == "Ready"), {}
-        )
+        previous = rip.ready
         await self.write_status(rip, ready=(status, reason, message))
         return (previous.get("status"), previous.get("reason")) != (status, reason)
 
     async def release(self, rip: RoutedIPState) -> None:
-        """The RoutedIP is being deleted: unassign the IP everywhere, close its ports, drop the finalizer."""
-        held = sorted(rip.placement.nodes())
-        candidates = self.classes(rip.class_name)
-        cls = candidates[0] if candidates else None
-        if held and cls is not None and cls.spec is not None:
-            nodes = self.nodes()
-            provider = await self.providers.for_class(cls)
-            ref = RoutedIPRef(rip.namespace, rip.name, rip.uid, rip.ip)
-            for node in held:
-                await self.untaint_if_unused(node, excluding=rip.key)
-                await provider.unassign(ref, NodeTarget.of(node, nodes))
+        """The RoutedIP is being deleted: unassign the IP everywhere (but where another RoutedIP of the address
+        holds it), close its ports, drop the finalizer."""
+        held, cls, provider = await self.let_go(rip)
+        if cls is not None and provider is not None:
             await self.apply_firewall(cls, provider, excluding=rip.key)
             self.event(involved(rip), "Normal", "Released", f"{rip.ip} unassigned from {', '.join(held)}")
         elif held:

@@ -110,8 +110,7 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     @kopf.on.event(*ROUTEDIPS, registry=registry)
     def routed_ip_event(body: kopf.Body, type: str, **_: Any) -> None:
         controller.mark_synced()
-        state = routed_ip_state(body)
-        controller.routed_ip_changed(state.key, None if type == "DELETED" else state)
+        controller.routed_ip_changed(routed_ip_state(body), deleted=type == "DELETED")
 
     @kopf.on.event(*CLASSES, registry=registry)
     def class_event(name: str, **_: Any) -> None:

@@ -189,6 +189,7 @@ class RoutedIPState:
     service: tuple[str, str]
     placement: Placement
     status: Mapping[str, Any]
+    created: datetime
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     resource_version: str = ""
@@ -196,6 +197,14 @@ class RoutedIPState:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def ready(self) -> Mapping[str, Any]:
+        """The Ready condition as the status records it (empty when there is none)."""
+        ready: Mapping[str, Any] = next(
+            (c for c in self.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        return ready
 
 
 def placement_of(status: Mapping[str, Any]) -> Placement:
@@ -219,6 +228,8 @@ def routed_ip_state(body: Mapping[str, Any]) -> RoutedIPState:
         service=(ref.get("namespace") or meta["namespace"], ref.get("serviceName", "")),
         placement=placement_of(status),
         status=status,
+        # Without a creationTimestamp (never from the API server) an object counts as the newest claim.
+        created=parse_rfc3339(meta.get("creationTimestamp")) or datetime.max.replace(tzinfo=UTC),
         deleting=meta.get("deletionTimestamp") is not None,
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=meta.get("resourceVersion", ""),

@@ -24,10 +24,12 @@ import aiohttp
 
 from tollgate.routedip.firewall import FirewallPlan
 from tollgate.routedip.providers import FirewallContext, NodeTarget, ProviderError, RoutedIPRef
+from tollgate.runtime.backoff import Backoff
 
 log = logging.getLogger("tollgate.routedip.digitalocean")
 ALL_SOURCES = {"addresses": ["0.0.0.0/0", "::/0"]}
 FIREWALL_PROTOCOLS = ("tcp", "udp")
+RETRY = Backoff(base=0.5, cap=60.0, jitter=0.5)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class DigitalOceanClient:
         token: str,
         *,
         attempts: int = 6,
-        backoff: float = 0.5,
+        backoff: Backoff = RETRY,
         max_wait: float = 60.0,
         poll_interval: float = 0.5,
         action_timeout: float = 120.0,
@@ -102,18 +104,18 @@ class DigitalOceanClient:
                     retry_after = reply.headers.get("Retry-After")
             except (aiohttp.ClientError, TimeoutError, ValueError) as error:
                 last = f"{type(error).__name__}: {error}"
-                await asyncio.sleep(min(self.max_wait, self.backoff * 2**attempt))
+                await asyncio.sleep(self.backoff.pause(attempt))
                 continue
             if response.status == 429:
                 self.rate_limited += 1
-                wait = float(retry_after) if retry_after else self.backoff * 2**attempt
+                wait = float(retry_after) if retry_after else self.backoff.pause(attempt)
                 log.warning("DigitalOcean rate limit reached; waiting %.1f s", wait)
                 self._resume_at = max(self._resume_at, time.monotonic() + min(self.max_wait, wait))
                 last = f"429 {response.message}"
                 continue
             if response.status >= 500:
                 last = f"{response.status} {response.message}"
-                await asyncio.sleep(min(self.max_wait, self.backoff * 2**attempt))
+                await asyncio.sleep(self.backoff.pause(attempt))
                 continue
             if response.status == 401:
                 raise ProviderError(f"DigitalOcean refused the API token: {response.message}", reason="Unauthorized")
@@ -121,7 +123,7 @@ class DigitalOceanClient:
         raise ProviderError(
             f"DigitalOcean {method} {path} failed after {self.attempts} attempts: {last}",
             reason="ProviderUnavailable",
-            retry_after=self.backoff * 2**self.attempts,
+            retry_after=self.backoff.pause(self.attempts),
         )
 
     async def holder(self, ip: str) -> int | None:
