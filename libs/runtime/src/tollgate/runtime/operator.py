@@ -42,8 +42,9 @@ async def run_operator(
     stop flag, so the rest of the service (servers, background tasks) stops with it.
 
     With a `lease`, kopf starts only once this replica holds it (until then the replica stands by, ready);
-    a clean stop hands the Lease over, and losing it stops kopf and raises LeaseLost, so the process exits
-    and comes back as a standby.
+    a clean stop hands the Lease over. Losing it (another replica holds it, or renewing failed until the renew
+    deadline) stops kopf within the Lease's stop margin, else the watchdog ends the process; then LeaseLost is
+    raised, so the process exits and comes back as a standby.
     """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
@@ -54,14 +55,25 @@ async def run_operator(
     elector = LeaderElector(api_client(settings.kubeconfig), lease)
     if not await elector.acquire(context.stop):
         return
-    keeping = asyncio.create_task(elector.keep(context.stop))
-    keeping.add_done_callback(lambda _: context.stop.set())
-    await _run_kopf(settings, context, registry)
+    kopf_stopped = asyncio.Event()  # renewals go on while kopf stops: it acts until then
+    keeping = asyncio.create_task(elector.keep(kopf_stopped))
+    keeping.add_done_callback(lambda task: _stop_on_loss(task, context))
+    with elector.watchdog():
+        try:
+            await _run_kopf(settings, context, registry)
+        finally:
+            kopf_stopped.set()
+    log.info("stopped leading", extra={"lease": f"{lease.namespace}/{lease.name}"})
     await asyncio.wait({keeping})
     if (lost := keeping.exception()) is not None:
-        log.error("lost the Lease: stopping so that this replica restarts as a standby", extra={"why": str(lost)})
         raise lost
     await elector.release()
+
+
+def _stop_on_loss(keeping: asyncio.Task[None], context: ServiceContext) -> None:
+    if not keeping.cancelled() and (lost := keeping.exception()) is not None:
+        log.error("lost the Lease: stopping, to restart as a standby", extra={"why": str(lost)})
+    context.stop.set()
 
 
 async def _run_kopf(settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry) -> None:
