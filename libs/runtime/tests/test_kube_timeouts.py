@@ -28,7 +28,7 @@ def frozen(cluster: EmbeddedCluster, tmp_path: Path) -> Iterator[tuple[FaultProx
 @pytest.fixture
 def short_timeouts() -> Iterator[KubeTimeouts]:
     before = timeouts()
-    use_timeouts(KubeTimeouts(request=1.0, connect=1.0, watch=1.0))
+    use_timeouts(KubeTimeouts(request=1.0, connect=1.0, watch=1))
     yield timeouts()
     use_timeouts(before)
 

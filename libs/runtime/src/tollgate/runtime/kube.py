@@ -22,7 +22,7 @@ class KubeTimeouts:
 
     request: float = 30.0  # one attempt at a request, connection included (see RETRIES)
     connect: float = 10.0  # the connection alone (also of watches)
-    watch: float = 300.0  # the server-side length of a watch request (`timeoutSeconds`)
+    watch: int = 300  # the server-side length of a watch request (`timeoutSeconds`, whole seconds)
 
     def __post_init__(self) -> None:
         for name in ("request", "connect", "watch"):

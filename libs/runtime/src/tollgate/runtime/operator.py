@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import kopf
 
-from tollgate.runtime.kube import api_client
+from tollgate.runtime.kube import api_client, timeouts
 from tollgate.runtime.leader import LeaderElector, LeaseConfig
 from tollgate.runtime.service import ServiceContext
 from tollgate.runtime.settings import ServiceSettings
@@ -26,8 +28,42 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=f"{service}.tollgate.io", key="last-handled-configuration"
     )
-    settings.watching.server_timeout = 300
-    settings.networking.request_timeout = 30
+    limits = timeouts()
+    settings.networking.request_timeout = limits.request
+    settings.networking.connect_timeout = limits.connect
+    settings.networking.error_backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFFS)
+    # kopf's watch requests: a half-open connection sends nothing and reports nothing, so a watch must be given
+    # up on by the client. The server ends a healthy one at server_timeout; the client gives up a little later
+    # (client_timeout bounds the whole request), or after inactivity_timeout without any event (the API server
+    # sends a bookmark every minute, so kopf's 70 s default tells a silent stream from a quiet one). Reconnecting
+    # resumes from the last resourceVersion seen: the API server replays what was missed meanwhile, or answers
+    # 410 Gone and kopf lists everything again.
+    settings.watching.server_timeout = limits.watch
+    settings.watching.client_timeout = limits.watch_client()
+    settings.watching.connect_timeout = limits.connect
+    settings.watching.inactivity_timeout = min(settings.watching.inactivity_timeout, limits.watch_client())
+    settings.watching.reconnect_backoff = WATCH_RECONNECT_SECONDS
+
+
+# kopf's own defaults, each pause with jitter: the retries of many operators that lost the API server at once
+# (a restart) must not come back in lockstep.
+KOPF_ERROR_BACKOFFS = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
+# kopf sleeps this plain number between two watch streams that ended in an error: it takes no jitter.
+WATCH_RECONNECT_SECONDS = 1.0
+
+
+class JitteredBackoffs:
+    """Retry pauses for kopf's `networking.error_backoffs`: each time kopf iterates it (once per request), every
+    pause is drawn anew between half and all of its nominal value."""
+
+    def __init__(self, pauses: Sequence[float]) -> None:
+        self.pauses = tuple(pauses)
+
+    def __len__(self) -> int:  # kopf numbers its attempts "#n/total" for a sized sequence
+        return len(self.pauses)
+
+    def __iter__(self) -> Iterator[float]:
+        return (pause * random.uniform(0.5, 1.0) for pause in self.pauses)
 
 
 async def run_operator(

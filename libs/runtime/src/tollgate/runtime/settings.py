@@ -28,8 +28,8 @@ class ServiceSettings(BaseSettings):
     kube_connect_timeout_seconds: float = Field(
         default=10.0, gt=0, le=600, description="Longest wait to connect to the Kubernetes API server."
     )
-    watch_timeout_seconds: float = Field(
-        default=300.0,
+    watch_timeout_seconds: int = Field(
+        default=300,
         ge=5,
         le=3600,
         description="Server-side length of one watch request; a watch silent for longer (plus 10%, at least 5 s) "
