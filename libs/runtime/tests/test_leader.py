@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from tollgate.runtime.kube import api_client
-from tollgate.runtime.leader import LeaderElector, LeaseConfig, LeaseLost
+from tollgate.runtime.leader import EXIT_LEASE_LOST, LeaderElector, LeaseConfig, LeaseLost
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import Mode, api_server_proxy
 from tollgate.testing.wait import eventually
@@ -120,3 +123,43 @@ async def test_a_holder_cut_off_by_a_frozen_connection_gives_up_by_its_renew_dea
         proxy.set_mode(Mode.PASS)
     assert lost_after <= holder.config.renew_deadline + 0.5, "the last renewal was before the freeze"
     assert holder.config.renew_deadline + holder.config.stop_margin < DURATION
+
+
+BLOCKED_HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from tollgate.runtime.kube import api_client
+    from tollgate.runtime.leader import LeaderElector, LeaseConfig
+
+    async def main() -> None:
+        holder = LeaderElector(api_client(Path(sys.argv[1])), LeaseConfig(sys.argv[2], "probe", "blocked", 3.0))
+        assert await holder.acquire(asyncio.Event())
+        with holder.watchdog():
+            print("LEADING", flush=True)
+            time.sleep(60)  # a handler that blocks the event loop: nothing async can stop it, nor renew
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_holder_that_cannot_stop_acting_is_ended_by_its_watchdog_before_the_lease_runs_out(
+    cluster: EmbeddedCluster, namespace: str
+) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_HOLDER, str(cluster.kubeconfig), namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "LEADING\n"
+        leading_at = time.monotonic()
+        config = LeaseConfig(namespace, "probe", "blocked", 3.0)
+        assert process.wait(timeout=30) == EXIT_LEASE_LOST
+        assert time.monotonic() - leading_at < config.duration, "ended before a standby could take over"
+    finally:
+        process.kill()
+        process.wait()
+    assert process.stderr is not None and "still acting past the renew deadline" in process.stderr.read()
