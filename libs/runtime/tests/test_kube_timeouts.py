@@ -11,7 +11,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from tollgate.runtime.kube import RETRIES, KubeTimeouts, api_client, timeouts, use_timeouts
+from tollgate.runtime.kube import RETRIES, KubeTimeouts, api_client
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import FaultProxy, Mode, api_server_proxy
@@ -26,11 +26,8 @@ def frozen(cluster: EmbeddedCluster, tmp_path: Path) -> Iterator[tuple[FaultProx
 
 
 @pytest.fixture
-def short_timeouts() -> Iterator[KubeTimeouts]:
-    before = timeouts()
-    use_timeouts(KubeTimeouts(request=1.0, connect=1.0, watch=1))
-    yield timeouts()
-    use_timeouts(before)
+def short_timeouts(process_timeouts: Callable[[KubeTimeouts], KubeTimeouts]) -> KubeTimeouts:
+    return process_timeouts(KubeTimeouts(request=1.0, connect=1.0, watch=1))
 
 
 def timed(call: Callable[[], object]) -> tuple[float, BaseException | None]:

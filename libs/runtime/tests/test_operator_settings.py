@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import kopf
 import pytest
 
-from tollgate.runtime.kube import KubeTimeouts, timeouts, use_timeouts
+from tollgate.runtime.kube import KubeTimeouts
 from tollgate.runtime.operator import KOPF_ERROR_BACKOFFS, JitteredBackoffs, configure
 
 
 @pytest.fixture
-def limits() -> Iterator[KubeTimeouts]:
-    before = timeouts()
-    use_timeouts(KubeTimeouts(request=7, connect=3, watch=20))
-    yield timeouts()
-    use_timeouts(before)
+def limits(process_timeouts: Callable[[KubeTimeouts], KubeTimeouts]) -> KubeTimeouts:
+    return process_timeouts(KubeTimeouts(request=7, connect=3, watch=20))
 
 
 def test_a_watch_is_given_up_by_the_client_a_little_after_the_server_ends_a_healthy_one(
