@@ -28,7 +28,7 @@ DURATION = 6.0  # renew deadline 4 s, stop margin 1 s
 LEASE_NAMESPACE = "tollgate-system"
 GROUP, VERSION, PLURAL = "goop.example.com", "v1alpha1", "goops"
 # What a replica logs when it stops acting: kopf has stopped, or the watchdog ends the process.
-STOPPED = ("stopped leading", "still acting past the renew deadline and the stop margin: exiting now")
+STOPPED = ("stopped leading", "not stopped by the renew deadline plus the stop margin: exiting now")
 
 
 @dataclass(frozen=True)

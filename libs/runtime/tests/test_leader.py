@@ -162,4 +162,6 @@ def test_a_holder_that_cannot_stop_acting_is_ended_by_its_watchdog_before_the_le
     finally:
         process.kill()
         process.wait()
-    assert process.stderr is not None and "still acting past the renew deadline" in process.stderr.read()
+    assert (
+        process.stderr is not None and "not stopped by the renew deadline plus the stop margin" in process.stderr.read()
+    )

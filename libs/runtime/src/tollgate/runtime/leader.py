@@ -11,7 +11,7 @@ both together are shorter than the lease duration, and both are timed from the s
 succeeded (before the API server wrote it, so before any standby saw it), so the holder has stopped before any
 standby could take over: two replicas never act at once. Every renew attempt is bounded in time, whatever the
 network does (a half-open connection, a frozen peer), and a watchdog thread, which needs neither the event loop
-nor the network, ends the process if the holder is still acting past its deadline.
+nor the network, ends the process if the holder has not stopped by its deadline.
 """
 
 from __future__ import annotations
@@ -240,7 +240,8 @@ class LeaderElector:
     def watchdog(self) -> Iterator[None]:
         """While inside, end the process at once should it still be inside past the renew deadline plus the stop
         margin after the last renewal: the last resort when stopping the work hangs (or the event loop is
-        blocked), before a standby could take over."""
+        blocked), before a standby could take over. Left by an exception (the Lease lost), it stays armed: the
+        process is on its way out, and its other work (threads, the service's own tasks) must end by then too."""
         done = threading.Event()
 
         def watch() -> None:
@@ -248,7 +249,7 @@ class LeaderElector:
                 late = time.monotonic() - (self._renewed_at + self.config.renew_deadline + self.config.stop_margin)
                 if late > 0:
                     log.critical(
-                        "still acting past the renew deadline and the stop margin: exiting now, so that two "
+                        "not stopped by the renew deadline plus the stop margin: exiting now, so that two "
                         "replicas never act at once",
                         extra={"lease": self._where(), "stop_margin": self.config.stop_margin},
                     )
@@ -256,11 +257,9 @@ class LeaderElector:
 
         thread = threading.Thread(target=watch, name="lease-watchdog", daemon=True)
         thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+        yield
+        done.set()
+        thread.join()
 
     async def release(self) -> None:
         """Hand the Lease back so a standby takes over at once (nothing to do when another replica holds it)."""

@@ -79,8 +79,8 @@ async def run_operator(
 
     With a `lease`, kopf starts only once this replica holds it (until then the replica stands by, ready);
     a clean stop hands the Lease over. Losing it (another replica holds it, or renewing failed until the renew
-    deadline) stops kopf within the Lease's stop margin, else the watchdog ends the process; then LeaseLost is
-    raised, so the process exits and comes back as a standby.
+    deadline) stops kopf and raises LeaseLost, so the process exits and comes back as a standby; the watchdog
+    ends the process should it not have stopped kopf, or exited, within the Lease's stop margin.
     """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
@@ -99,10 +99,10 @@ async def run_operator(
             await _run_kopf(settings, context, registry)
         finally:
             kopf_stopped.set()
-    log.info("stopped leading", extra={"lease": f"{lease.namespace}/{lease.name}"})
-    await asyncio.wait({keeping})
-    if (lost := keeping.exception()) is not None:
-        raise lost
+        log.info("stopped leading", extra={"lease": f"{lease.namespace}/{lease.name}"})
+        await asyncio.wait({keeping})
+        if (lost := keeping.exception()) is not None:
+            raise lost
     await elector.release()
 
 
