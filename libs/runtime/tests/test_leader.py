@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from tollgate.runtime.leader import LeaderElector, LeaseConfig, LeaseLost
+from tollgate.runtime.kube import api_client
+from tollgate.runtime.leader import EXIT_LEASE_LOST, LeaderElector, LeaseConfig, LeaseLost
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.faultproxy import Mode, api_server_proxy
+from tollgate.testing.wait import eventually
 
 DURATION = 4.0
 
@@ -90,3 +98,70 @@ async def test_a_holder_whose_lease_was_taken_learns_it_has_lost_it(kube: client
 def test_a_lease_shorter_than_two_seconds_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2 s"):
         LeaseConfig("ns", "probe", "me", duration=1)
+
+
+async def test_a_holder_cut_off_by_a_frozen_connection_gives_up_by_its_renew_deadline(
+    kube: client.ApiClient, cluster: EmbeddedCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A stalled connection answers nothing, not even an error: each renewal must end on its own."""
+    with api_server_proxy(cluster.kubeconfig, tmp_path) as (proxy, kubeconfig):
+        holder = elector(api_client(kubeconfig), namespace, "holder")
+        stop = asyncio.Event()
+        assert await holder.acquire(stop)
+        acquired = lease_spec(kube, namespace).renew_time
+        keeping = asyncio.create_task(holder.keep(stop))
+
+        async def renewed() -> bool:
+            return lease_spec(kube, namespace).renew_time != acquired
+
+        await eventually(renewed, "a renewal through the proxy", timeout=DURATION)
+        proxy.set_mode(Mode.FREEZE)
+        frozen_at = time.monotonic()
+        with pytest.raises(LeaseLost, match="within the renew deadline"):
+            await asyncio.wait_for(keeping, 2 * DURATION)
+        lost_after = time.monotonic() - frozen_at
+        proxy.set_mode(Mode.PASS)
+    assert lost_after <= holder.config.renew_deadline + 0.5, "the last renewal was before the freeze"
+    assert holder.config.renew_deadline + holder.config.stop_margin < DURATION
+
+
+BLOCKED_HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from tollgate.runtime.kube import api_client
+    from tollgate.runtime.leader import LeaderElector, LeaseConfig
+
+    async def main() -> None:
+        holder = LeaderElector(api_client(Path(sys.argv[1])), LeaseConfig(sys.argv[2], "probe", "blocked", 3.0))
+        assert await holder.acquire(asyncio.Event())
+        with holder.watchdog():
+            print("LEADING", flush=True)
+            time.sleep(60)  # a handler that blocks the event loop: nothing async can stop it, nor renew
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_holder_that_cannot_stop_acting_is_ended_by_its_watchdog_before_the_lease_runs_out(
+    cluster: EmbeddedCluster, namespace: str
+) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_HOLDER, str(cluster.kubeconfig), namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "LEADING\n"
+        leading_at = time.monotonic()
+        config = LeaseConfig(namespace, "probe", "blocked", 3.0)
+        assert process.wait(timeout=30) == EXIT_LEASE_LOST
+        assert time.monotonic() - leading_at < config.duration, "ended before a standby could take over"
+    finally:
+        process.kill()
+        process.wait()
+    assert (
+        process.stderr is not None and "not stopped by the renew deadline plus the stop margin" in process.stderr.read()
+    )

@@ -76,3 +76,23 @@ def test_refuse_cuts_open_connections_and_new_ones(echo: tuple[str, int]) -> Non
         with _connect(proxy) as fresh:
             fresh.settimeout(5)
             assert fresh.recv(1024) == b""
+
+
+def test_freeze_open_holds_the_open_connection_and_lets_a_new_one_through(echo: tuple[str, int]) -> None:
+    with FaultProxy(*echo) as proxy, _connect(proxy) as old:
+        old.sendall(b"open")
+        assert old.recv(1024) == b"open", "the proxy has the connection"
+        proxy.set_mode(Mode.FREEZE_OPEN)
+        old.sendall(b"held")
+        with pytest.raises(TimeoutError):
+            old.recv(1024)
+        with _connect(proxy) as fresh:
+            fresh.settimeout(5)
+            fresh.sendall(b"fresh")
+            assert fresh.recv(1024) == b"fresh", "a new connection passes"
+        with pytest.raises(TimeoutError):
+            old.recv(1024)
+        assert _Echo.received == [b"open", b"fresh"], "nothing more of the old connection reached the server"
+        proxy.set_mode(Mode.PASS)
+        old.settimeout(5)
+        assert old.recv(1024) == b"held"

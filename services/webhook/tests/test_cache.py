@@ -53,6 +53,19 @@ def test_a_relist_replaces_everything_and_marks_the_kind_synced() -> None:
     assert store.get("VirtualService", "ns", "gone") is None
 
 
+def test_a_relist_says_what_the_watch_had_missed() -> None:
+    store = store_for(INDEXES)
+    assert store.replace("VirtualService", []) == {}
+    stale, gone = vs("stale", ("l", 1)), vs("gone", ("l", 2))
+    stale["metadata"]["resourceVersion"], gone["metadata"]["resourceVersion"] = "1", "2"
+    for obj in (stale, gone):
+        store.apply("VirtualService", "ADDED", obj)
+    fresh, new = vs("stale", ("l", 3)), vs("new", ("l", 4))
+    fresh["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"] = "5", "6"
+    assert store.replace("VirtualService", [fresh, new]) == {"added": 1, "changed": 1, "removed": 1}
+    assert store.replace("VirtualService", [fresh, new]) == {}, "a list that agrees with the cache differs in nothing"
+
+
 def test_malformed_stored_objects_are_kept_and_indexed_where_readable() -> None:
     store = store_for(INDEXES)
     odd = {"kind": "VirtualService", "metadata": {"name": "odd", "namespace": "ns"}, "spec": {"listeners": "x"}}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import kopf
 
-from tollgate.runtime.kube import api_client
+from tollgate.runtime.kube import api_client, timeouts
 from tollgate.runtime.leader import LeaderElector, LeaseConfig
 from tollgate.runtime.service import ServiceContext
 from tollgate.runtime.settings import ServiceSettings
@@ -26,8 +28,42 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=f"{service}.tollgate.io", key="last-handled-configuration"
     )
-    settings.watching.server_timeout = 300
-    settings.networking.request_timeout = 30
+    limits = timeouts()
+    settings.networking.request_timeout = limits.request
+    settings.networking.connect_timeout = limits.connect
+    settings.networking.error_backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFFS)
+    # kopf's watch requests: a half-open connection sends nothing and reports nothing, so a watch must be given
+    # up on by the client. The server ends a healthy one at server_timeout; the client gives up a little later
+    # (client_timeout bounds the whole request), or after inactivity_timeout without any event (the API server
+    # sends a bookmark every minute, so kopf's 70 s default tells a silent stream from a quiet one). Reconnecting
+    # resumes from the last resourceVersion seen: the API server replays what was missed meanwhile, or answers
+    # 410 Gone and kopf lists everything again.
+    settings.watching.server_timeout = limits.watch
+    settings.watching.client_timeout = limits.watch_client()
+    settings.watching.connect_timeout = limits.connect
+    settings.watching.inactivity_timeout = min(settings.watching.inactivity_timeout, limits.watch_client())
+    settings.watching.reconnect_backoff = WATCH_RECONNECT_SECONDS
+
+
+# kopf's own defaults, each pause with jitter: the retries of many operators that lost the API server at once
+# (a restart) must not come back in lockstep.
+KOPF_ERROR_BACKOFFS = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
+# kopf sleeps this plain number between two watch streams that ended in an error: it takes no jitter.
+WATCH_RECONNECT_SECONDS = 1.0
+
+
+class JitteredBackoffs:
+    """Retry pauses for kopf's `networking.error_backoffs`: each time kopf iterates it (once per request), every
+    pause is drawn anew between half and all of its nominal value."""
+
+    def __init__(self, pauses: Sequence[float]) -> None:
+        self.pauses = tuple(pauses)
+
+    def __len__(self) -> int:  # kopf numbers its attempts "#n/total" for a sized sequence
+        return len(self.pauses)
+
+    def __iter__(self) -> Iterator[float]:
+        return (pause * random.uniform(0.5, 1.0) for pause in self.pauses)
 
 
 async def run_operator(
@@ -42,8 +78,9 @@ async def run_operator(
     stop flag, so the rest of the service (servers, background tasks) stops with it.
 
     With a `lease`, kopf starts only once this replica holds it (until then the replica stands by, ready);
-    a clean stop hands the Lease over, and losing it stops kopf and raises LeaseLost, so the process exits
-    and comes back as a standby.
+    a clean stop hands the Lease over. Losing it (another replica holds it, or renewing failed until the renew
+    deadline) stops kopf and raises LeaseLost, so the process exits and comes back as a standby; the watchdog
+    ends the process should it not have stopped kopf, or exited, within the Lease's stop margin.
     """
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
@@ -54,14 +91,25 @@ async def run_operator(
     elector = LeaderElector(api_client(settings.kubeconfig), lease)
     if not await elector.acquire(context.stop):
         return
-    keeping = asyncio.create_task(elector.keep(context.stop))
-    keeping.add_done_callback(lambda _: context.stop.set())
-    await _run_kopf(settings, context, registry)
-    await asyncio.wait({keeping})
-    if (lost := keeping.exception()) is not None:
-        log.error("lost the Lease: stopping so that this replica restarts as a standby", extra={"why": str(lost)})
-        raise lost
+    kopf_stopped = asyncio.Event()  # renewals go on while kopf stops: it acts until then
+    keeping = asyncio.create_task(elector.keep(kopf_stopped))
+    keeping.add_done_callback(lambda task: _stop_on_loss(task, context))
+    with elector.watchdog():
+        try:
+            await _run_kopf(settings, context, registry)
+        finally:
+            kopf_stopped.set()
+        log.info("stopped leading", extra={"lease": f"{lease.namespace}/{lease.name}"})
+        await asyncio.wait({keeping})
+        if (lost := keeping.exception()) is not None:
+            raise lost
     await elector.release()
+
+
+def _stop_on_loss(keeping: asyncio.Task[None], context: ServiceContext) -> None:
+    if not keeping.cancelled() and (lost := keeping.exception()) is not None:
+        log.error("lost the Lease: stopping, to restart as a standby", extra={"why": str(lost)})
+    context.stop.set()
 
 
 async def _run_kopf(settings: ServiceSettings, context: ServiceContext, registry: kopf.OperatorRegistry) -> None:

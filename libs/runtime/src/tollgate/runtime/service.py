@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tollgate.runtime.health import HealthServer
+from tollgate.runtime.kube import use_timeouts
 from tollgate.runtime.logging import setup_logging
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.runtime.telemetry import Telemetry, setup_telemetry
@@ -40,6 +41,7 @@ def settings_help(settings_class: type[ServiceSettings]) -> str:
 
 
 async def serve(settings: SettingsT, main: ServiceMain[SettingsT]) -> None:
+    use_timeouts(settings.kube_timeouts())
     telemetry = setup_telemetry(settings.service_name)
     health = HealthServer(settings.health_host, settings.health_port)
     stop = asyncio.Event()

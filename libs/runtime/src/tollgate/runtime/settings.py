@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tollgate.runtime.kube import KubeTimeouts
+
 
 class ServiceSettings(BaseSettings):
     """What every tollgate service reads from its environment (prefix `TOLLGATE_`, or the service's own)."""
@@ -20,6 +22,26 @@ class ServiceSettings(BaseSettings):
     health_port: int = Field(default=8080, ge=0, le=65535, description="/healthz, /readyz and /metrics; 0 picks one.")
     kubeconfig: Path | None = Field(default=None, description="Kubeconfig file; in-cluster config when unset.")
     namespace: str | None = Field(default=None, description="Namespace to watch; all namespaces when unset.")
+    kube_request_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="Longest wait for one Kubernetes API request (watches excepted)."
+    )
+    kube_connect_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="Longest wait to connect to the Kubernetes API server."
+    )
+    watch_timeout_seconds: int = Field(
+        default=300,
+        ge=5,
+        le=3600,
+        description="Server-side length of one watch request; a watch silent for longer (plus 10%, at least 5 s) "
+        "is given up on and reopened, so a half-open connection cannot hang it.",
+    )
+
+    def kube_timeouts(self) -> KubeTimeouts:
+        return KubeTimeouts(
+            request=self.kube_request_timeout_seconds,
+            connect=self.kube_connect_timeout_seconds,
+            watch=self.watch_timeout_seconds,
+        )
 
 
 class ControllerSettings(ServiceSettings):

@@ -8,6 +8,9 @@ Modes, switched at any moment, for open connections and new ones alike:
   looks to the caller like a timeout: the uncertain outcome.
 - `FREEZE`: nothing flows either way (bytes are held, not lost) until the mode changes: a half-open or stalled
   connection, as a frozen peer or a partitioned network shows it. Held bytes flow again afterwards.
+- `FREEZE_OPEN`: the connections open at the switch freeze as in FREEZE, new ones pass: a half-open connection as
+  it really looks after a NAT, a load balancer or the peer lost its state. Only a client that gives up on the old
+  connection and opens a new one gets through.
 - `REFUSE`: new connections are closed at once and open ones are cut: the server is unreachable.
 
 TLS passes through untouched: the proxy sees only bytes, so the client verifies the server's certificate as
@@ -37,6 +40,7 @@ class Mode(enum.Enum):
     PASS = "pass"
     DROP_RESPONSES = "drop-responses"
     FREEZE = "freeze"
+    FREEZE_OPEN = "freeze-open"
     REFUSE = "refuse"
 
 
@@ -50,9 +54,8 @@ class FaultProxy:
         self._mode = Mode.PASS
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
-        self._flowing: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], asyncio.Event] = {}  # each one's "bytes may flow" flag
         self.accepted = 0
         self.dropped_bytes = 0
 
@@ -80,17 +83,15 @@ class FaultProxy:
         self._loop.close()
 
     async def _listen(self) -> None:
-        self._flowing = asyncio.Event()
-        self._flowing.set()
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
 
     async def _switch(self, mode: Mode) -> None:
-        assert self._flowing is not None
         self._mode = mode
-        if mode is Mode.FREEZE:
-            self._flowing.clear()
-        else:
-            self._flowing.set()
+        for flowing in self._connections.values():
+            if mode in (Mode.FREEZE, Mode.FREEZE_OPEN):
+                flowing.clear()
+            else:
+                flowing.set()
         if mode is Mode.REFUSE:
             for task in list(self._connections):
                 task.cancel()
@@ -109,31 +110,35 @@ class FaultProxy:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        flowing = asyncio.Event()
+        if self._mode is not Mode.FREEZE:
+            flowing.set()
+        self._connections[task] = flowing
         upstream_writer: asyncio.StreamWriter | None = None
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
             await asyncio.gather(
-                self._pump(reader, upstream_writer, response=False),
-                self._pump(upstream_reader, writer, response=True),
+                self._pump(reader, upstream_writer, flowing, response=False),
+                self._pump(upstream_reader, writer, flowing, response=True),
             )
         except (OSError, asyncio.CancelledError):
             pass
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             for stream in (writer, upstream_writer):
                 if stream is not None:
                     stream.close()
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, response: bool) -> None:
-        assert self._flowing is not None
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, flowing: asyncio.Event, *, response: bool
+    ) -> None:
         while True:
             data = await source.read(CHUNK)
             if not data:
                 if sink.can_write_eof():
                     sink.write_eof()
                 return
-            await self._flowing.wait()
+            await flowing.wait()
             if response and self._mode is Mode.DROP_RESPONSES:
                 self.dropped_bytes += len(data)
                 continue

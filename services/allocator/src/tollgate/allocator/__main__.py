@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Literal
 
 import grpc
-from kubernetes import client
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -87,9 +86,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     serving = asyncio.Event()
     context.health.add_readiness_check("grpc", lambda: serving.is_set() or "the registration API is not serving yet")
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(WORKERS, thread_name_prefix="kube"))
-    configuration = api_client(settings.kubeconfig).configuration
-    configuration.connection_pool_maxsize = WORKERS
-    kube = Kube(client.ApiClient(configuration))
+    kube = Kube(api_client(settings.kubeconfig, pool_size=WORKERS))
     telemetry_meter = context.telemetry.meter("tollgate.allocator")
     tracer = context.telemetry.tracer("tollgate.allocator")
     metrics = Metrics(telemetry_meter)

@@ -51,13 +51,22 @@ class KindCache:
     def delete(self, obj: JSONObject) -> None:
         self._unindex(identity(obj))
 
-    def replace(self, objects: Iterable[JSONObject]) -> None:
+    def replace(self, objects: Iterable[JSONObject]) -> dict[str, int]:
+        """Make `objects` the whole content; how many were added, changed (another resourceVersion) and removed,
+        for each that is not zero."""
+        before = {key: _version(obj) for key, obj in self.objects.items()}
         self.objects.clear()
         for index in self._indexes.values():
             index.clear()
         for obj in objects:
             self.upsert(obj)
         self.synced = True
+        differences = {
+            "added": sum(1 for key in self.objects if key not in before),
+            "changed": sum(1 for key, obj in self.objects.items() if key in before and before[key] != _version(obj)),
+            "removed": sum(1 for key in before if key not in self.objects),
+        }
+        return {what: count for what, count in differences.items() if count}
 
     def keys(self, index: str, value: Hashable) -> AbstractSet[Key]:
         """The (namespace, name) of the objects holding `value` in `index`; read only."""
@@ -89,10 +98,12 @@ class Store:
             self.kinds[kind].upsert(obj)
         self._changed()
 
-    def replace(self, kind: str, objects: Iterable[JSONObject]) -> None:
-        """A fresh list: the whole truth about `kind`; marks it synced."""
-        self.kinds[kind].replace(objects)
+    def replace(self, kind: str, objects: Iterable[JSONObject]) -> dict[str, int]:
+        """A fresh list: the whole truth about `kind`; marks it synced. What differed from the cache (see
+        KindCache.replace)."""
+        differences = self.kinds[kind].replace(objects)
         self._changed()
+        return differences
 
     def unsynced(self) -> list[str]:
         return sorted(kind for kind, cache in self.kinds.items() if not cache.synced)
@@ -108,6 +119,10 @@ class Store:
     def keys(self, kind: str, index: str, key: Hashable) -> AbstractSet[Key]:
         cache = self.kinds.get(kind)
         return cache.keys(index, key) if cache is not None else _NONE
+
+
+def _version(obj: JSONObject) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def store_for(indexes: Mapping[Any, Mapping[str, IndexFunc]]) -> Store:

@@ -9,25 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, watch
 
-from tollgate.runtime.kube import is_conflict, is_not_found
+from tollgate.runtime.kube import is_conflict, is_not_found, timeouts
 from tollgate.webhook.cache import Store
 from tollgate.webhook.kinds import Kind
 from tollgate.webhook.registration import Registration
 
 log = logging.getLogger("tollgate.webhook.k8s")
 
-WATCH_SECONDS = 300
+RELIST_SECONDS = 600.0
+FIRST_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0
 
 
+def backoff(failures: int) -> float:
+    """The pause after `failures` failures in a row: doubling up to a cap, then between half and all of it, so
+    that informers which lost the API server together do not come back together."""
+    ceiling = min(FIRST_BACKOFF_SECONDS * 2.0 ** min(failures, 16), MAX_BACKOFF_SECONDS)
+    return ceiling * random.uniform(0.5, 1.0)
+
+
 class Informer:
-    """List, then watch from the list's resourceVersion; relist when the watch expires (410) or fails."""
+    """List, then watch from the list's resourceVersion; list again every RELIST_SECONDS, when the watch expires
+    (410) or when it fails, and replace the cache with the list, saying what the watch had missed.
+
+    The API client gives up on a watch silent for longer than its server timeout plus a margin (see
+    tollgate.runtime.kube), so a watch hung on a half-open connection ends, and the informer lists again on a
+    new connection."""
 
     def __init__(
         self,
@@ -65,23 +80,34 @@ class Informer:
 
     def _list(self) -> str:
         func, args = self._call()
-        listing = func(*args, **self._options(), _request_timeout=60)
-        self._post(self.store.replace, self.kind.name, listing.get("items", []))
+        listing = func(*args, **self._options())
+        self._post(self._replace, listing.get("items", []))
         log.debug("listed", extra={"kind": self.kind.name, "count": len(listing.get("items", []))})
         return str(listing["metadata"]["resourceVersion"])
 
-    def _watch(self, resource_version: str) -> str:
-        """Stream events until the server ends the watch; the resourceVersion to resume from."""
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        """On the event loop: the list is the whole truth; log what the cache had wrong (once it had listed)."""
+        synced = self.kind.name not in self.store.unsynced()
+        missed = self.store.replace(self.kind.name, items)
+        if synced and missed:
+            log.warning(
+                "the list differs from what the watch had said: the cache now follows the list",
+                extra={"kind": self.kind.name, **missed},
+            )
+
+    def _watch(self, resource_version: str, until: float) -> str:
+        """Stream events until the server ends the watch (by `until`, a monotonic time, at the latest); the
+        resourceVersion to resume from."""
         func, args = self._call()
         stream = watch.Watch()  # type: ignore[no-untyped-call]
+        seconds = max(1, min(timeouts().watch, round(until - time.monotonic())))
         for event in stream.stream(  # type: ignore[no-untyped-call]
             func,
             *args,
             **self._options(),
             resource_version=resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-            _request_timeout=(10, WATCH_SECONDS + 30),
+            timeout_seconds=seconds,
         ):
             if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                 self._post(self.store.apply, self.kind.name, event["type"], event["raw_object"])
@@ -90,24 +116,25 @@ class Informer:
         return str(stream.resource_version or resource_version)
 
     def _run(self) -> None:
-        backoff = 0.5
+        failures = 0
         while not self.stop.is_set():
             try:
                 resource_version = self._list()
-                backoff = 0.5
-                while not self.stop.is_set():
-                    resource_version = self._watch(resource_version)
+                failures = 0
+                relist_at = time.monotonic() + RELIST_SECONDS
+                while not self.stop.is_set() and time.monotonic() < relist_at:
+                    resource_version = self._watch(resource_version, relist_at)
             except client.ApiException as error:
                 if error.status != 410:
                     log.warning("watch failed", extra={"kind": self.kind.name, "status": error.status})
-                    self.stop.wait(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                    self.stop.wait(backoff(failures))
+                    failures += 1
             except RuntimeError:  # the event loop closed: the service is stopping
                 return
-            except Exception as error:  # the connection dropped; list again after a pause
+            except Exception as error:  # the connection dropped or hung; list again after a pause
                 log.warning("watch failed", extra={"kind": self.kind.name, "error": f"{type(error).__name__}: {error}"})
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                self.stop.wait(backoff(failures))
+                failures += 1
 
 
 def start_informers(

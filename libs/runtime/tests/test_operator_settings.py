@@ -1,0 +1,36 @@
+"""The kopf settings every tollgate operator shares: watches and requests bounded by the process's timeouts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import kopf
+import pytest
+
+from tollgate.runtime.kube import KubeTimeouts
+from tollgate.runtime.operator import KOPF_ERROR_BACKOFFS, JitteredBackoffs, configure
+
+
+@pytest.fixture
+def limits(process_timeouts: Callable[[KubeTimeouts], KubeTimeouts]) -> KubeTimeouts:
+    return process_timeouts(KubeTimeouts(request=7, connect=3, watch=20))
+
+
+def test_a_watch_is_given_up_by_the_client_a_little_after_the_server_ends_a_healthy_one(
+    limits: KubeTimeouts,
+) -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings, "probe")
+    watching = settings.watching
+    assert (watching.server_timeout, watching.client_timeout, watching.connect_timeout) == (20, 25, 3)
+    assert watching.inactivity_timeout == 25, "never longer than the client timeout"
+    assert (settings.networking.request_timeout, settings.networking.connect_timeout) == (7, 3)
+
+
+def test_retry_pauses_are_drawn_anew_each_time_within_half_and_all_of_kopfs() -> None:
+    backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFFS)
+    draws = [list(backoffs) for _ in range(20)]
+    assert len(backoffs) == len(KOPF_ERROR_BACKOFFS)
+    for draw in draws:
+        assert all(nominal / 2 <= pause <= nominal for pause, nominal in zip(draw, KOPF_ERROR_BACKOFFS, strict=True))
+    assert len({tuple(draw) for draw in draws}) == len(draws), "jittered, not the same pauses every time"
