@@ -77,6 +77,7 @@ def test_a_job_gets_a_pod_after_the_api_server_was_frozen(own_cluster: EmbeddedC
         "with one instance and no election, the stall is no reason to exit"
     )
     assert sorted(after) == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller"]
+    assert set(own_cluster.restarts().values()) == {0}
 
 
 def test_a_component_that_dies_is_started_again(own_cluster: EmbeddedCluster) -> None:
@@ -95,6 +96,7 @@ def test_a_component_that_dies_is_started_again(own_cluster: EmbeddedCluster) ->
 
     after = wait_for(restarted, "the watchdog to start the killed components again", timeout=60)
     assert all(after[name] != before[name] for name in ELECTED)
+    assert {name: count for name, count in own_cluster.restarts().items() if count} == dict.fromkeys(ELECTED, 1)
     assert_a_new_job_gets_a_pod(own_cluster, "after-the-kill")
     for name in ELECTED:
         # klog writes the pid on every line: the killed run's log is kept beside the new run's.

@@ -64,6 +64,7 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
     for service in ("supervisor", "webhook", "allocator", "xds", "routedip", "jobs"):
         assert f"  {service:<10} ready  restarts 0" in summary, summary
     assert "  jobs       ready  restarts 1" in after_crash, after_crash
+    assert "  kube-scheduler           pid " in after_crash, "the control plane is listed"
     assert "  xds        ready  restarts 0" in after_crash, after_crash
     logs = system.dev_dir / "logs"
     assert sorted(p.name for p in logs.iterdir() if p.name.startswith("jobs")) == ["jobs.log"]

@@ -278,6 +278,16 @@ class EmbeddedCluster:
             time.sleep(0.1)
         self._watchdog_pid_file().unlink(missing_ok=True)
 
+    def restarts(self) -> dict[str, int]:
+        """How often the watchdog restarted each component, from its log (0 for the others)."""
+        counts = dict.fromkeys(self.components(), 0)
+        log_file = self.logs_dir() / "watchdog.log"
+        for line in log_file.read_text().splitlines() if log_file.exists() else []:
+            record = json.loads(line) if line.startswith("{") else {}
+            if "restarts" in record:
+                counts[record["component"]] = record["restarts"]
+        return counts
+
     def restart_exited(self, exited: list[str]) -> dict[str, int]:
         """Start again the components that exited (kwokctl starts only those whose process is gone), keeping each
         one's log of the exited run as <component>.log.1; the pids of those now running."""
@@ -332,6 +342,10 @@ class ControlPlaneWatchdog:
             self.check(stop)
 
     def check(self, stop: threading.Event) -> None:
+        if not self.cluster.exists():  # deleted without `down` (a test session's temporary directory removed)
+            log.info("cluster %s is gone; stopping", self.cluster.name)
+            stop.set()
+            return
         running = self.cluster.pids()
         exited = [name for name in self.components if name not in running]
         if not exited:

@@ -316,6 +316,11 @@ class DevSystem:
             health = process.health_url if process else "-"
             restarts = self.restarter.restarts(resource.name)
             lines.append(f"  {resource.name:<10} {state:<6} restarts {restarts:<3} health {health}  {endpoints}")
+        lines += ["", "control plane (restarted by the cluster's watchdog when a process exits):"]
+        running = self.cluster.pids()
+        for component, restarts in self.cluster.restarts().items():
+            pid = f"pid {running[component]}" if component in running else "DOWN"
+            lines.append(f"  {component:<24} {pid:<10} restarts {restarts}")
         lines += ["", "custom resources (Ready):"]
         for kind, name, ready in self._resources():
             lines.append(f"  {kind:<22} {name:<40} {ready}")
