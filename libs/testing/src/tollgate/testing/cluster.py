@@ -412,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = cluster.up(args.nodes)
         print(f"cluster {cluster.name} ready in {seconds:.1f} s with {args.nodes} nodes")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
+        print(f"  watchdog pid {cluster.watchdog_pid()}, log {cluster.logs_dir() / 'watchdog.log'}")
         print(cluster.kubectl("get", "nodes", "-o", "wide").stdout.rstrip())
     elif args.action == "down":
         cluster.down()
