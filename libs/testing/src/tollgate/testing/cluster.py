@@ -283,7 +283,10 @@ class EmbeddedCluster:
         counts = dict.fromkeys(self.components(), 0)
         log_file = self.logs_dir() / "watchdog.log"
         for line in log_file.read_text().splitlines() if log_file.exists() else []:
-            record = json.loads(line) if line.startswith("{") else {}
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line being written, or not one of the watchdog's records
+                continue
             if "restarts" in record:
                 counts[record["component"]] = record["restarts"]
         return counts
@@ -312,9 +315,9 @@ class EmbeddedCluster:
         """The components running now, with their pids."""
         running = {}
         for pid_file in self._pid_files():
-            pid = int(pid_file.read_text())
-            if _alive(pid):
-                running[pid_file.stem] = pid
+            content = pid_file.read_text()
+            if content.isdigit() and _alive(int(content)):  # empty while kwokctl writes it
+                running[pid_file.stem] = int(content)
         return running
 
     def down(self) -> None:
