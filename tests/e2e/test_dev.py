@@ -1,7 +1,10 @@
-"""`make dev`: the whole system comes up on its own cluster and proves the data path; stopping leaves nothing."""
+"""`make dev`: the whole system comes up on its own cluster and proves the data path; a service that crashes is
+started again; stopping leaves nothing."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,16 +37,38 @@ def programmed_summary(system: DevSystem) -> Callable[[], str | None]:
     return probe
 
 
+def crash_and_recover(system: DevSystem, name: str) -> str:
+    """SIGKILL the service, wait until it is running again (a new pid, /readyz ok); the summary then."""
+    service = system.processes[name]
+    assert service.process is not None
+    crashed = service.process.pid
+    os.kill(crashed, signal.SIGKILL)
+    wait_for(
+        lambda: service.process is not None and service.process.pid != crashed,
+        f"{name} to be started again after a SIGKILL",
+        timeout=30,
+    )
+    service.wait_ready(timeout=60)
+    return system.summary()
+
+
 def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> None:
     try:
         system.start()
         summary = wait_for(programmed_summary(system), "the dev-proof VirtualService to be Programmed", timeout=30)
+        after_crash = crash_and_recover(system, "jobs")
     finally:
         processes = list(system.processes.values())
         system.stop()
         system.cluster.down()
     for service in ("supervisor", "webhook", "allocator", "xds", "routedip", "jobs"):
-        assert f"  {service:<10} ready" in summary, summary
+        assert f"  {service:<10} ready  restarts 0" in summary, summary
+    assert "  jobs       ready  restarts 1" in after_crash, after_crash
+    assert "  kube-scheduler           pid " in after_crash, "the control plane is listed"
+    assert "  xds        ready  restarts 0" in after_crash, after_crash
+    logs = system.dev_dir / "logs"
+    assert sorted(p.name for p in logs.iterdir() if p.name.startswith("jobs")) == ["jobs.log"]
+    assert (logs / "jobs.log").read_text().count('"message": "started"') == 2, "both runs of jobs log to jobs.log"
     assert "'udp-echo:datagram from make dev'" in summary
     assert "'tcp-echo:stream from make dev'" in summary
     assert "(ServicePrefix dev) -> Envoy -> 'lb-echo:datagram to a public address'" in summary

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +22,28 @@ from typing import Any
 
 import yaml
 
+from tollgate.runtime.logging import setup_logging
 from tollgate.testing.kubelet.stages import kwok_stages
+from tollgate.testing.net import free_port
+from tollgate.testing.restarts import CrashLoop
 from tollgate.testing.tools import repo_root, tool
+
+log = logging.getLogger("tollgate.testing.cluster")
 
 ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
 # ClusterIPs: loopback addresses too, which the embedded kubelet listens on (see kwokctl_config).
 SERVICE_CIDR = "127.2.0.0/16"
+
+
+PORT_OPTIONS = (
+    "kubeApiserverPort",
+    "etcdPort",
+    "etcdPeerPort",
+    "kubeControllerManagerPort",
+    "kubeSchedulerPort",
+    "kwokControllerPort",
+)
 
 
 class ClusterError(RuntimeError):
@@ -71,16 +89,33 @@ def kwokctl_config(disable_qps_limits: bool = False) -> str:
     Service's endpoints instead, cannot help here: EndpointSlices refuse loopback addresses, so they never list
     a pod of this cluster.) KWOK's stages are its defaults, except that the pods the embedded kubelet runs are
     placed but not made Ready (tollgate.testing.kubelet.stages).
+
+    The controller-manager and the scheduler run without leader election. There is one instance of each, so
+    there is nobody to elect: the Lease only ever names that instance, and what it costs is an exit, since a
+    leader that cannot renew its Lease within the renew deadline (10 s) exits on purpose, so that a standby
+    takes over. With no standby, an API server stalled for longer (a 45-s SIGSTOP did it) left a cluster where
+    no Job got a pod again. Without the election they wait for the API server like every other client and
+    carry on (tests/e2e/test_cluster_faults.py). Whatever else stops a component, the ControlPlaneWatchdog
+    starts it again.
     """
     options: dict[str, object] = {"bindAddress": "127.0.0.1"}
+    # kwokctl picks each port by scanning down from 32767 for one nobody listens on yet, so two clusters created
+    # at the same moment (parallel test sessions) take the same ports and one API server fails to bind. Ports
+    # the kernel hands out are spread over its whole ephemeral range instead.
+    options |= {option: free_port() for option in PORT_OPTIONS}
     if disable_qps_limits:
         options["disableQPSLimits"] = True
     service_cidr = {"key": "service-cluster-ip-range", "value": SERVICE_CIDR}
+    no_election = {"key": "leader-elect", "value": "false"}
     configuration = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
         "options": options,
-        "componentsPatches": [{"name": "kube-apiserver", "extraArgs": [service_cidr]}],
+        "componentsPatches": [
+            {"name": "kube-apiserver", "extraArgs": [service_cidr]},
+            {"name": "kube-controller-manager", "extraArgs": [no_election]},
+            {"name": "kube-scheduler", "extraArgs": [no_election]},
+        ],
     }
     return yaml.safe_dump_all([configuration, *kwok_stages()])
 
@@ -142,7 +177,7 @@ class EmbeddedCluster:
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         if self.exists():
             if not self.is_ready():
-                self._kwokctl("start", "cluster", "--kubeconfig", str(self.kubeconfig), "--timeout", f"{int(timeout)}s")
+                self._kwokctl("start", "cluster", "--timeout", f"{int(timeout)}s")
         else:
             config = self.workdir / "kwokctl.yaml"
             config.write_text(kwokctl_config(self.disable_qps_limits))
@@ -174,6 +209,7 @@ class EmbeddedCluster:
             )
         self.wait_ready(timeout - (time.monotonic() - started))
         self.ensure_nodes(nodes, timeout - (time.monotonic() - started))
+        self._start_watchdog()
         return time.monotonic() - started
 
     def wait_ready(self, timeout: float) -> None:
@@ -207,10 +243,144 @@ class EmbeddedCluster:
     def logs_dir(self) -> Path:
         return self.workdir / "clusters" / self.name / "logs"
 
+    def _watchdog_pid_file(self) -> Path:
+        return self.workdir / "clusters" / self.name / "watchdog.pid"
+
+    def watchdog_pid(self) -> int | None:
+        pid_file = self._watchdog_pid_file()
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        return pid if pid is not None and _alive(pid) else None
+
+    def _start_watchdog(self) -> None:
+        """A detached `python -m tollgate.testing.cluster watch` for this cluster (ControlPlaneWatchdog), unless
+        one runs already; it outlives `make cluster` and stops with `down`."""
+        if self.watchdog_pid() is not None:
+            return
+        args = ["--workdir", str(self.workdir), "--name", self.name, "--kubeconfig", str(self.kubeconfig)]
+        with (self.logs_dir() / "watchdog.log").open("ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tollgate.testing.cluster", "watch", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._watchdog_pid_file().write_text(str(process.pid))
+
+    def _stop_watchdog(self) -> None:
+        """Before kwokctl stops the components, or the watchdog would start them again."""
+        pid = self.watchdog_pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._watchdog_pid_file().unlink(missing_ok=True)
+
+    def restarts(self) -> dict[str, int]:
+        """How often the watchdog restarted each component, from its log (0 for the others)."""
+        counts = dict.fromkeys(self.components(), 0)
+        log_file = self.logs_dir() / "watchdog.log"
+        for line in log_file.read_text().splitlines() if log_file.exists() else []:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line being written, or not one of the watchdog's records
+                continue
+            if "restarts" in record:
+                counts[record["component"]] = record["restarts"]
+        return counts
+
+    def restart_exited(self, exited: list[str]) -> dict[str, int]:
+        """Start again the components that exited (kwokctl starts only those whose process is gone), keeping each
+        one's log of the exited run as <component>.log.1; the pids of those now running."""
+        for name in exited:
+            current = self.logs_dir() / f"{name}.log"
+            if current.exists():
+                current.replace(current.with_name(f"{name}.log.1"))
+        result = self._kwokctl("start", "cluster", "--timeout", "120s", check=False)
+        running = self.pids()
+        if any(name not in running for name in exited):
+            log.error("kwokctl start cluster failed (%d): %s", result.returncode, result.stderr[-2000:])
+        return {name: running[name] for name in exited if name in running}
+
+    def _pid_files(self) -> list[Path]:
+        """One per component kwokctl started, named after its binary; left in place when the process exits."""
+        return sorted((self.workdir / "clusters" / self.name / "pids").glob("*.pid"))
+
+    def components(self) -> list[str]:
+        return [pid_file.stem for pid_file in self._pid_files()]
+
+    def pids(self) -> dict[str, int]:
+        """The components running now, with their pids."""
+        running = {}
+        for pid_file in self._pid_files():
+            content = pid_file.read_text()
+            if content.isdigit() and _alive(int(content)):  # empty while kwokctl writes it
+                running[pid_file.stem] = int(content)
+        return running
+
     def down(self) -> None:
+        self._stop_watchdog()
         if self.exists():
             self._kwokctl("delete", "cluster", "--kubeconfig", str(self.kubeconfig))
         self.kubeconfig.unlink(missing_ok=True)
+
+
+class ControlPlaneWatchdog:
+    """Keeps every process kwokctl started running, the way a kubelet keeps its static pods: one that exited is
+    started again after a CrashLoopBackOff delay (1 s, doubling per crash in a row, at most 30 s), and each
+    restart is logged with its count. kwokctl itself starts the components once and never looks again."""
+
+    def __init__(self, cluster: EmbeddedCluster, interval: float = 1.0) -> None:
+        self.cluster = cluster
+        self.interval = interval
+        self.components = cluster.components()
+        self.loops = {name: CrashLoop() for name in self.components}
+        self.started = dict.fromkeys(self.components, time.monotonic())
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("watching %s of cluster %s", ", ".join(self.components), self.cluster.name)
+        while not stop.wait(self.interval):
+            self.check(stop)
+
+    def check(self, stop: threading.Event) -> None:
+        if not self.cluster.exists():  # deleted without `down` (a test session's temporary directory removed)
+            log.info("cluster %s is gone; stopping", self.cluster.name)
+            stop.set()
+            return
+        running = self.cluster.pids()
+        exited = [name for name in self.components if name not in running]
+        if not exited:
+            return
+        now = time.monotonic()
+        delay = max(self.loops[name].delay(now - self.started[name]) for name in exited)
+        for name in exited:
+            log.warning("%s exited; starting it again in %g s", name, delay, extra={"component": name})
+        if stop.wait(delay):
+            return
+        restarted = self.cluster.restart_exited(exited)
+        for name in exited:
+            self.started[name] = time.monotonic()
+            if name in restarted:
+                self.loops[name].restarts += 1
+                restarts = self.loops[name].restarts
+                log.warning(
+                    "%s restarted (pid %d, restart %d)",
+                    name,
+                    restarted[name],
+                    restarts,
+                    extra={"component": name, "pid": restarted[name], "restarts": restarts},
+                )
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: an exited watchdog stays one until the process that started it reaps it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def dev_dir(root: Path) -> Path:
@@ -226,14 +396,26 @@ def dev_cluster(root: Path, state: Path | None = None, name: str = "tollgate") -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tollgate.testing.cluster", description="The embedded cluster.")
-    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("action", choices=["up", "down", "status", "watch"])
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, help="the cluster's KWOK_WORKDIR (default: make cluster's)")
+    parser.add_argument("--name", help="the cluster's name, with --workdir")
+    parser.add_argument("--kubeconfig", type=Path, help="the cluster's kubeconfig, with --workdir")
     args = parser.parse_args(argv)
     cluster = dev_cluster(repo_root())
+    if args.workdir is not None:
+        cluster = EmbeddedCluster(args.name or cluster.name, args.workdir, args.kubeconfig or cluster.kubeconfig)
+    if args.action == "watch":
+        setup_logging("cluster-watchdog")
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        ControlPlaneWatchdog(cluster).run(stop)
+        return 0
     if args.action == "up":
         seconds = cluster.up(args.nodes)
         print(f"cluster {cluster.name} ready in {seconds:.1f} s with {args.nodes} nodes")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
+        print(f"  watchdog pid {cluster.watchdog_pid()}, log {cluster.logs_dir() / 'watchdog.log'}")
         print(cluster.kubectl("get", "nodes", "-o", "wide").stdout.rstrip())
     elif args.action == "down":
         cluster.down()

@@ -6,9 +6,11 @@
     python -m tollgate.testing.dev step S  one step of deploy/local/resources.yaml (Tilt's local mode runs them)
 
 It starts the embedded cluster, installs the CRDs, runs the Envoy supervisor and all five services as
-processes (logs in .dev/logs/), registers the webhook, applies the samples, proves the data path with one
-datagram and one TCP connection through a real Envoy to echo servers, and one datagram to a load balancer's public
-address (from the ServicePrefix `dev`, pool 127.80.0.0/24), and prints a summary.
+processes, registers the webhook, applies the samples, proves the data path with one datagram and one TCP
+connection through a real Envoy to echo servers, and one datagram to a load balancer's public address (from the
+ServicePrefix `dev`, pool 127.80.0.0/24), and prints a summary. Logs go to .dev/logs/<service>.log (the previous
+run's to <service>.log.1); a service that exits is started again after a back-off, and the summary counts its
+restarts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import yaml
 from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
 from tollgate.testing.cluster import dev_cluster, dev_dir
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
+from tollgate.testing.restarts import CrashLoop
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
@@ -72,6 +76,79 @@ def local_resources(root: Path, dev_dir: Path) -> list[Resource]:
     ]
 
 
+def rotate_logs(log_dir: Path, names: list[str]) -> None:
+    """One log per service and run: <name>.log of the previous run becomes <name>.log.1 (the one before goes), and
+    the per-pid logs that earlier versions left (<name>-<pid>-<n>.log, a new set every run) are removed."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        current = log_dir / f"{name}.log"
+        if current.exists():
+            current.replace(log_dir / f"{name}.log.1")
+        for stale in log_dir.glob(f"{name}-*.log"):
+            if re.fullmatch(rf"{re.escape(name)}-\d+-\d+\.log", stale.name):
+                stale.unlink()
+
+
+class Restarter:
+    """Keeps the dev system's services running, as a kubelet keeps its containers: a service that exits is started
+    again, appending to the same log, after a CrashLoopBackOff delay (1 s, doubled per crash in a row, at most
+    30 s); each exit and restart is said, and counted for the summary."""
+
+    def __init__(self, processes: dict[str, ServiceProcess], say: Callable[[str], None]) -> None:
+        self.processes = processes
+        self.say = say
+        self.loops: dict[str, CrashLoop] = {}
+        self.started: dict[str, float] = {}
+        self.due: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="restarter", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Before the services are stopped, so that none is started again."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def restarts(self, name: str) -> int:
+        loop = self.loops.get(name)
+        return loop.restarts if loop is not None else 0
+
+    def total(self) -> int:
+        return sum(loop.restarts for loop in self.loops.values())
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.check()
+
+    def check(self) -> None:
+        now = time.monotonic()
+        for name, service in list(self.processes.items()):
+            loop = self.loops.setdefault(name, CrashLoop())
+            started = self.started.setdefault(name, now)
+            if name in self.due:
+                if now >= self.due[name]:
+                    self._restart(name, service, loop)
+                continue
+            code = service.process.poll() if service.process is not None else None
+            if code is None:
+                continue
+            delay = loop.delay(now - started)
+            self.due[name] = now + delay
+            self.say(f"  {name:<10} exited ({code}); starting it again in {delay:g} s")
+
+    def _restart(self, name: str, service: ServiceProcess, loop: CrashLoop) -> None:
+        service.stop()  # reaps the exited process and closes its log
+        service.start()
+        loop.restarts += 1
+        self.started[name] = time.monotonic()
+        del self.due[name]
+        pid = service.process.pid if service.process is not None else None
+        self.say(f"  {name:<10} restarted (pid {pid}, restart {loop.restarts}); log {service.log_path}")
+
+
 class DevSystem:
     def __init__(self, root: Path, state: Path | None = None) -> None:
         """`root` is the checkout (CRDs, samples); `state` holds the cluster, logs and certificates (.dev)."""
@@ -80,6 +157,7 @@ class DevSystem:
         self.cluster = dev_cluster(root, self.dev_dir, "tollgate" if state is None else "tollgate-dev")
         self.resources = local_resources(root, self.dev_dir)
         self.processes: dict[str, ServiceProcess] = {}
+        self.restarter = Restarter(self.processes, self.say)
         self.echo: EchoThread | None = None
         self.proof: list[str] = []
         self.steps: dict[str, Callable[[], None]] = {
@@ -95,6 +173,8 @@ class DevSystem:
         print(text, flush=True)
 
     def start(self) -> None:
+        rotate_logs(self.dev_dir / "logs", [r.name for r in self.resources if r.module is not None])
+        self.restarter.start()
         for resource in self.resources:
             if resource.step is not None:
                 self.steps[resource.step]()
@@ -106,7 +186,7 @@ class DevSystem:
 
     def service_process(self, resource: Resource) -> ServiceProcess:
         assert resource.module is not None and resource.health is not None
-        return ServiceProcess(
+        process = ServiceProcess(
             resource.name,
             self.cluster.kubeconfig,
             self.dev_dir / "logs",
@@ -114,6 +194,8 @@ class DevSystem:
             module=resource.module,
             health_port=resource.health,
         )
+        process.log_path = self.dev_dir / "logs" / f"{resource.name}.log"
+        return process
 
     def resource(self, name: str) -> Resource:
         return next(r for r in self.resources if r.name == name)
@@ -213,6 +295,7 @@ class DevSystem:
         return f"  LB   {public}:{PROOF_LB_PORT} (ServicePrefix {DEV_PREFIX}) -> Envoy -> {reply.decode()!r}"
 
     def stop(self) -> None:
+        self.restarter.stop()
         if "webhook" in self.processes:
             self._deregister_webhook()
         for name, process in reversed(self.processes.items()):
@@ -231,7 +314,13 @@ class DevSystem:
             state = "ready" if process is not None and _ready(process) else "DOWN"
             endpoints = "  ".join(f"{k} {v}" for k, v in resource.endpoints.items())
             health = process.health_url if process else "-"
-            lines.append(f"  {resource.name:<10} {state:<6} health {health}  {endpoints}")
+            restarts = self.restarter.restarts(resource.name)
+            lines.append(f"  {resource.name:<10} {state:<6} restarts {restarts:<3} health {health}  {endpoints}")
+        lines += ["", "control plane (restarted by the cluster's watchdog when a process exits):"]
+        running = self.cluster.pids()
+        for component, restarts in self.cluster.restarts().items():
+            pid = f"pid {running[component]}" if component in running else "DOWN"
+            lines.append(f"  {component:<24} {pid:<10} restarts {restarts}")
         lines += ["", "custom resources (Ready):"]
         for kind, name, ready in self._resources():
             lines.append(f"  {kind:<22} {name:<40} {ready}")
@@ -415,8 +504,11 @@ def run(root: Path) -> int:
         text = system.summary()
         (system.dev_dir / "summary.txt").write_text(text)
         system.say(text + "Ctrl-C stops everything.")
+        restarts = 0
         while not stop.wait(1.0):
-            pass
+            if system.restarter.total() != restarts:  # keep summary.txt's restart counts current
+                restarts = system.restarter.total()
+                (system.dev_dir / "summary.txt").write_text(system.summary())
     finally:
         system.say("stopping")
         system.stop()
