@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
@@ -113,6 +114,26 @@ async def stats(ip: str) -> dict[str, int]:
     """Counters and gauges of the Envoy pod at `ip`, by name."""
     data = await admin(ip, "/stats?format=json")
     return {s["name"]: s["value"] for s in data["stats"] if "name" in s and isinstance(s.get("value"), int)}
+
+
+def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
+    """The messages of the Events with `reason` about the object `name`."""
+    listing = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason={reason}")
+    return [str(e.message) for e in listing.items]
+
+
+async def answer(host: str, port: int, payload: bytes = b"x") -> str:
+    """Who answers one datagram sent from a fresh source port (a new UDP proxy session)."""
+    reply = await udp_request(host, port, payload, timeout=1)
+    return reply.split(b":", 1)[0].decode()
+
+
+async def answers(host: str, port: int, count: int = 8) -> set[str]:
+    return {await answer(host, port) for _ in range(count)}
 
 
 async def condition(

@@ -56,12 +56,12 @@ class StatusReporter:
         views: dict[ir.SourceRef, dict[str, EnvoyView]] = defaultdict(dict)
         conflicts: dict[ir.SourceRef, list[ir.Conflict]] = defaultdict(list)
         for conn in sorted(self.server.connections.values(), key=lambda c: c.id):
-            nacks = {s.nack for s in conn.stream.types.values() if s.nack is not None}
             for ref in conn.config.sources:
                 state = conn.stream.owner_state(ref)
                 if state == "Programmed":
                     conn.programmed[ref] = self.server.generations.get(ref, 0)
-                error = next((n.message for n in nacks if ref in n.owners), "")
+                rejection = conn.stream.rejection(ref)
+                error = rejection.message if rejection is not None else ""
                 node = conn.identity.node_id
                 views[ref][node] = EnvoyView(node, state, conn.programmed.get(ref), error)
             for conflict in conn.config.conflicts:
@@ -86,10 +86,17 @@ class StatusReporter:
         for conn, nack in nacks:
             for owner in nack.owners:
                 rejections[(owner, nack.message)].append(conn.identity.node_id)
-        objects = self.server.world.virtual_services
+        world = self.server.world
+        by_kind = {
+            "VirtualService": world.virtual_services,
+            "LoadBalancer": world.load_balancers,
+            "GWProxy": world.gw_proxies,
+        }
+        objects = world.virtual_services
         for (owner, message), nodes in rejections.items():
-            obj = objects.get((owner.namespace, owner.name))
-            if obj is not None and owner.kind == "VirtualService":
+            # A GWProxy's or LoadBalancer's status is the allocator's: their rejections are told in Events.
+            obj = by_kind[owner.kind].get((owner.namespace, owner.name))
+            if obj is not None:
                 generation = self.server.generations.get(owner, 0)
                 who = ", ".join(sorted(set(nodes)))
                 await self.kube.event(

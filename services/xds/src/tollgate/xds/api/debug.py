@@ -31,6 +31,11 @@ def _type_status(conn: Connection, state: TypeState) -> dict[str, Any]:
         "pending": state.pending is not None,
         "pushes": state.pushes,
         "nack": None if nack is None else {"version": nack.version, "nonce": nack.nonce, "message": nack.message},
+        "held_back": {
+            str(owner): rejection.message
+            for (owner, type_url), rejection in sorted(conn.stream.rejected.items())
+            if type_url == state.type_url
+        },
     }
 
 

@@ -1,0 +1,77 @@
+"""tollgate-xds under faults, end to end: real Envoys that reject config, a frozen API server connection, several
+xds replicas, Envoys that never answer."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from kubernetes import client
+
+from tollgate.testing.echo import UDPEcho
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.wait import eventually
+from tollgate.testing.xds import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    answer,
+    apply_vs,
+    condition,
+    envoy_pod,
+    events,
+    live_envoy,
+    spare_loopback,
+    start_xds,
+    stats,
+    udp_virtual_service,
+    xds_settings,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def programmed(obj: dict[str, object]) -> dict[str, str]:
+    status = obj["status"]
+    assert isinstance(status, dict)
+    return next(c for c in status["conditions"] if c["type"] == "Programmed")
+
+
+async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_envoy_converge(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+) -> None:
+    """Envoy cannot bind a port another process holds (no admission check can know that): it NACKs the listener.
+    The rejected VirtualService says so with Envoy's message, and a good one applied afterwards still reaches the
+    same Envoy, which is never sent the rejected listener again."""
+    xds = start_xds(run_service, xds_settings())
+    target = spare_loopback()
+    async with UDPEcho(target, 1234, name="echo"):
+        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
+        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+            squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+            apply_vs(custom, namespace, udp_virtual_service("bad", "bad-l", 3002, "bad-c", target))
+            rejected = programmed(await condition(custom, namespace, "bad", "Programmed", "Rejected"))
+            assert rejected["status"] == "False"
+            assert rejected["message"].startswith(f"Envoy edge.{namespace} rejected generation 1: ")
+            assert f"{namespace}/bad/bad-l" in rejected["message"], "Envoy's own error_detail, naming the listener"
+            assert "Address already in use" in rejected["message"]
+
+            apply_vs(custom, namespace, udp_virtual_service("good", "good-l", 3003, "good-c", target))
+            await condition(custom, namespace, "good", "Programmed", "Programmed")
+            assert await answer(envoy_ip, 3003) == "echo", "the good VirtualService serves traffic"
+            assert (await stats(envoy_ip))["listener_manager.lds.update_rejected"] == 1, "the rejected one not resent"
+            bad = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bad")
+            assert programmed(bad)["reason"] == "Rejected", "the bad one stays rejected"  # type: ignore[arg-type]
+            dump = await asyncio.to_thread(xds.api, f"/debug/envoys/edge.{namespace}")
+            held = dump[0]["types"]["listeners"]["held_back"]
+            assert list(held) == [f"VirtualService {namespace}/bad"]
+            await eventually(
+                lambda: asyncio.to_thread(events, core, namespace, "bad", "Rejected"), "a Rejected Event on the bad one"
+            )
