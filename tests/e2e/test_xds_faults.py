@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
+from tollgate.testing.faultproxy import Mode, api_server_proxy
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.wait import eventually
+from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import (
     GROUP,
     PLURAL,
     VERSION,
+    Xds,
+    admin,
     answer,
     apply_vs,
     condition,
@@ -75,3 +81,58 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
             await eventually(
                 lambda: asyncio.to_thread(events, core, namespace, "bad", "Rejected"), "a Rejected Event on the bad one"
             )
+
+
+async def listeners(ip: str) -> set[str]:
+    """The names of the dynamic listeners the Envoy at `ip` runs (active ones: a removed listener drains a while)."""
+    dump = await admin(ip, "/config_dump?resource=dynamic_listeners")
+    return {c["name"] for c in dump.get("configs", []) if "active_state" in c}
+
+
+async def test_a_virtual_service_deleted_before_the_watches_start_leaves_the_envoy(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    supervisor: ServiceProcess,
+    tmp_path: Path,
+) -> None:
+    """xds lists everything, serves it, then starts its watches. The API server connection freezes right after that
+    first listing; a VirtualService deleted meanwhile is not in the watches' own listing, so no watch ever tells of
+    its deletion: the resync finds it, and the real Envoy loses its listener."""
+    env = {**xds_settings(), "TOLLGATE_XDS_RESYNC_PERIOD_S": "2"}
+    target = spare_loopback()
+    for name, port in (("doomed", 3006), ("kept", 3007)):
+        apply_vs(custom, namespace, udp_virtual_service(name, f"{name}-l", port, f"{name}-c", target))
+    kubeconfig = service_account_kubeconfig(cluster, "xds", tmp_path)
+    with api_server_proxy(kubeconfig, tmp_path) as (proxy, proxied):
+        process = ServiceProcess("xds", proxied, tmp_path / "logs", env=env).start()
+        try:
+            xds = Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+            wait_for(lambda: "ADS serving" in process.logs(), "xds to serve its first listing", interval=0.005)
+            proxy.set_mode(Mode.FREEZE)
+            envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
+            envoy_ip, _ = await live_envoy(core, namespace, "edge")
+            doomed, kept = f"{namespace}/doomed/doomed-l", f"{namespace}/kept/kept-l"
+            await eventually(
+                lambda: _has(envoy_ip, {doomed, kept}), "the Envoy to run both listeners", ignore=(OSError,)
+            )
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
+            proxy.set_mode(Mode.PASS)
+            process.wait_ready()
+            async with UDPEcho(target, 1234, name="echo"):
+                assert (
+                    await eventually(
+                        lambda: answer(envoy_ip, 3007), "kept to forward", ignore=(TimeoutError, ConnectionError)
+                    )
+                    == "echo"
+                )
+            await eventually(lambda: _has(envoy_ip, {kept}, exactly=True), "the deleted one to leave the Envoy")
+            assert "resync: virtualservices" in process.logs() and "was deleted without a watch event" in process.logs()
+        finally:
+            process.stop()
+
+
+async def _has(ip: str, names: set[str], exactly: bool = False) -> bool:
+    running = await listeners(ip)
+    return running == names if exactly else names <= running

@@ -25,6 +25,7 @@ from tollgate.xds.grpc.ads import AggregatedDiscoveryService
 from tollgate.xds.k8s import Kube
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
+from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
 
 log = logging.getLogger("tollgate.xds")
@@ -44,6 +45,16 @@ class Settings(ServiceSettings):
     )
     debounce_ms: int = Field(default=50, ge=0, description="Wait this long after a change for more before pushing.")
     status_interval_ms: int = Field(default=500, ge=10, description="At most one status pass per interval.")
+    resync_period_s: float = Field(
+        default=180,
+        gt=0,
+        description="List everything again this often and apply what the watches missed (a deletion, say).",
+    )
+    watch_timeout_s: float = Field(
+        default=70,
+        gt=0,
+        description="A watch that receives nothing, not even a bookmark, for this long is reopened.",
+    )
 
 
 class _APIServer(uvicorn.Server):
@@ -64,8 +75,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     )
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
+    mirror = Mirror()
     # Everything is listed before the first Envoy is served: one served before would lose its listeners.
-    await handlers.load(server, api, settings.namespace)
+    await handlers.load(server, api, settings.namespace, mirror)
 
     grpc_server = grpc.aio.server()
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(AggregatedDiscoveryService(server), grpc_server)
@@ -81,12 +93,16 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     context.health.add_readiness_check("api", lambda: api_server.started or "debug API not started")
 
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, server)
+    handlers.register(registry, server, mirror, settings.watch_timeout_s)
     tasks = [
         asyncio.create_task(server.run(context.stop), name="recompute"),
         asyncio.create_task(StatusReporter(server, kube, settings.status_interval_ms / 1000).run(context.stop)),
         asyncio.create_task(api_server.serve(), name="debug api"),
         asyncio.create_task(run_operator(settings, context, registry), name="operator"),
+        asyncio.create_task(
+            handlers.resync_every(settings.resync_period_s, server, api, settings.namespace, mirror, context.stop),
+            name="resync",
+        ),
     ]
     try:
         done, _ = await asyncio.wait(
