@@ -136,3 +136,65 @@ async def test_a_virtual_service_deleted_before_the_watches_start_leaves_the_env
 async def _has(ip: str, names: set[str], exactly: bool = False) -> bool:
     running = await listeners(ip)
     return running == names if exactly else names <= running
+
+
+def stand_in_pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """A KWOK pod standing for an xds replica's pod (the replicas here are processes): its replica is alive while
+    it exists."""
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="xds", image="xds:latest")]),
+        ),
+    )
+
+
+async def test_two_replicas_merge_their_envoys_into_one_status_that_does_not_flap(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+) -> None:
+    """Two xds replicas, one Envoy bootstrapped to each, one VirtualService for both Envoys: its status counts both,
+    holds each replica's report, and once converged is not written again; a replica whose pod is gone is dropped."""
+    replicas: dict[str, Xds] = {}
+    for name in ("xds-a", "xds-b"):
+        stand_in_pod(core, namespace, name)
+        replicas[name] = start_xds(run_service, {**xds_settings(), "TOLLGATE_XDS_REPLICA": f"{namespace}/{name}"})
+    target = spare_loopback()
+    apply_vs(custom, namespace, udp_virtual_service("shared", "shared-l", 3010, "shared-c", target))
+    for name, xds in replicas.items():
+        envoy_pod(core, namespace, f"edge-{name}", xds, {"app": "edge"}, delta=True)
+
+    async def both_programmed() -> dict[str, object] | None:
+        obj = await condition(custom, namespace, "shared", "Programmed", "Programmed")
+        return obj if obj["status"]["programmed_proxies"] == 2 else None
+
+    obj = await eventually(both_programmed, "both Envoys to run the VirtualService", timeout=60)
+    status = obj["status"]
+    assert isinstance(status, dict)
+    assert (status["proxies"], status["programmed_proxies"]) == (2, 2)
+    assert [e["node"] for e in status["envoys"]] == [f"edge-xds-a.{namespace}", f"edge-xds-b.{namespace}"]
+    assert sorted(status["replicas"]) == [f"{namespace}/xds-a", f"{namespace}/xds-b"]
+    assert all(r["proxies"] == 1 for r in status["replicas"].values()), "each replica reports its own Envoy"
+    assert "2/2 Envoys run generation 1" in programmed(obj)["message"]
+
+    version = obj["metadata"]["resourceVersion"]
+    samples = []
+    for _ in range(15):
+        await asyncio.sleep(0.2)  # sampling over time is the point: a flapping status changes between samples
+        samples.append(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared"))
+    assert all(s["metadata"]["resourceVersion"] == version for s in samples), "converged: no more status writes"  # type: ignore[index]
+
+    replicas["xds-b"].process.stop()
+    core.delete_namespaced_pod("xds-b", namespace, grace_period_seconds=0)
+
+    async def only_a() -> dict[str, object] | None:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared")
+        current = found["status"]  # type: ignore[index]
+        return found if list(current["replicas"]) == [f"{namespace}/xds-a"] else None  # type: ignore[no-any-return]
+
+    obj = await eventually(only_a, "the report of the replica that is gone to be dropped")
+    assert (obj["status"]["proxies"], obj["status"]["programmed_proxies"]) == (1, 1)  # type: ignore[index]

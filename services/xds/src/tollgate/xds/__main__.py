@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -50,11 +52,23 @@ class Settings(ServiceSettings):
         gt=0,
         description="List everything again this often and apply what the watches missed (a deletion, say).",
     )
+    replica: str = Field(
+        default="",
+        description="This replica's pod, <namespace>/<name>, under which it reports in VirtualService status; "
+        "empty: $POD_NAMESPACE/$POD_NAME, else the host name.",
+    )
     watch_timeout_s: float = Field(
         default=70,
         gt=0,
         description="A watch that receives nothing, not even a bookmark, for this long is reopened.",
     )
+
+
+def replica_identity(settings: Settings) -> str:
+    if settings.replica:
+        return settings.replica
+    pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    return f"{namespace}/{pod}" if pod and namespace else socket.gethostname()
 
 
 class _APIServer(uvicorn.Server):
@@ -96,7 +110,11 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     handlers.register(registry, server, mirror, settings.watch_timeout_s)
     tasks = [
         asyncio.create_task(server.run(context.stop), name="recompute"),
-        asyncio.create_task(StatusReporter(server, kube, settings.status_interval_ms / 1000).run(context.stop)),
+        asyncio.create_task(
+            StatusReporter(
+                server, kube, settings.status_interval_ms / 1000, replica_identity(settings), settings.namespace
+            ).run(context.stop)
+        ),
         asyncio.create_task(api_server.serve(), name="debug api"),
         asyncio.create_task(run_operator(settings, context, registry), name="operator"),
         asyncio.create_task(

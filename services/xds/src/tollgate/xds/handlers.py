@@ -56,6 +56,8 @@ def register(registry: kopf.OperatorRegistry, server: XdsServer, mirror: Mirror,
             mirror.record(plural, obj, deleted)
             if setter(server.world, obj, deleted=deleted):
                 server.changed()
+            if plural == "virtualservices":
+                server.status_dirty.set()  # another replica's report may have changed the status
 
         kopf.on.event(group, version, plural, registry=registry, id=f"watch-{plural}")(handler)
 
