@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tollgate.models.envoy import XDS_CLUSTER
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.faultproxy import Mode, api_server_proxy
@@ -39,10 +41,13 @@ from tollgate.testing.xds import (
 pytestmark = pytest.mark.e2e
 
 
-def programmed(obj: dict[str, object]) -> dict[str, str]:
-    status = obj["status"]
-    assert isinstance(status, dict)
-    return next(c for c in status["conditions"] if c["type"] == "Programmed")
+def programmed(obj: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == "Programmed")
+
+
+def read_vs(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+    return obj
 
 
 async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_envoy_converge(
@@ -60,6 +65,7 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
     async with UDPEcho(target, 1234, name="echo"):
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
         envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        await _xds_cluster_keeps_alive(envoy_ip)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
             squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
             apply_vs(custom, namespace, udp_virtual_service("bad", "bad-l", 3002, "bad-c", target))
@@ -73,8 +79,7 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
             await condition(custom, namespace, "good", "Programmed", "Programmed")
             assert await answer(envoy_ip, 3003) == "echo", "the good VirtualService serves traffic"
             assert (await stats(envoy_ip))["listener_manager.lds.update_rejected"] == 1, "the rejected one not resent"
-            bad = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bad")
-            assert programmed(bad)["reason"] == "Rejected", "the bad one stays rejected"  # type: ignore[arg-type]
+            assert programmed(read_vs(custom, namespace, "bad"))["reason"] == "Rejected", "the bad one stays rejected"
             dump = await asyncio.to_thread(xds.api, f"/debug/envoys/edge.{namespace}")
             held = dump[0]["types"]["listeners"]["held_back"]
             assert list(held) == [f"VirtualService {namespace}/bad"]
@@ -168,13 +173,12 @@ async def test_two_replicas_merge_their_envoys_into_one_status_that_does_not_fla
     for name, xds in replicas.items():
         envoy_pod(core, namespace, f"edge-{name}", xds, {"app": "edge"}, delta=True)
 
-    async def both_programmed() -> dict[str, object] | None:
+    async def both_programmed() -> dict[str, Any] | None:
         obj = await condition(custom, namespace, "shared", "Programmed", "Programmed")
         return obj if obj["status"]["programmed_proxies"] == 2 else None
 
     obj = await eventually(both_programmed, "both Envoys to run the VirtualService", timeout=60)
     status = obj["status"]
-    assert isinstance(status, dict)
     assert (status["proxies"], status["programmed_proxies"]) == (2, 2)
     assert [e["node"] for e in status["envoys"]] == [f"edge-xds-a.{namespace}", f"edge-xds-b.{namespace}"]
     assert sorted(status["replicas"]) == [f"{namespace}/xds-a", f"{namespace}/xds-b"]
@@ -185,16 +189,31 @@ async def test_two_replicas_merge_their_envoys_into_one_status_that_does_not_fla
     samples = []
     for _ in range(15):
         await asyncio.sleep(0.2)  # sampling over time is the point: a flapping status changes between samples
-        samples.append(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared"))
-    assert all(s["metadata"]["resourceVersion"] == version for s in samples), "converged: no more status writes"  # type: ignore[index]
+        samples.append(read_vs(custom, namespace, "shared"))
+    assert all(s["metadata"]["resourceVersion"] == version for s in samples), "converged: no more status writes"
 
     replicas["xds-b"].process.stop()
     core.delete_namespaced_pod("xds-b", namespace, grace_period_seconds=0)
 
-    async def only_a() -> dict[str, object] | None:
-        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared")
-        current = found["status"]  # type: ignore[index]
-        return found if list(current["replicas"]) == [f"{namespace}/xds-a"] else None  # type: ignore[no-any-return]
+    async def only_a() -> dict[str, Any] | None:
+        found = read_vs(custom, namespace, "shared")
+        return found if list(found["status"]["replicas"]) == [f"{namespace}/xds-a"] else None
 
     obj = await eventually(only_a, "the report of the replica that is gone to be dropped")
-    assert (obj["status"]["proxies"], obj["status"]["programmed_proxies"]) == (1, 1)  # type: ignore[index]
+    assert (obj["status"]["proxies"], obj["status"]["programmed_proxies"]) == (1, 1)
+
+
+async def _xds_cluster_keeps_alive(ip: str) -> None:
+    """The bootstrap every Envoy gets (tollgate.models.envoy.ads_bootstrap) makes a half-open connection to the xDS
+    server fail within about a minute: TCP keepalive and HTTP/2 PINGs on its xDS cluster, as the real Envoy runs it."""
+    dump = await admin(ip, "/config_dump?resource=static_clusters")
+    cluster = next(c["cluster"] for c in dump["configs"] if c["cluster"]["name"] == XDS_CLUSTER)
+    assert cluster["upstream_connection_options"]["tcp_keepalive"] == {
+        "keepalive_probes": 3,
+        "keepalive_time": 30,
+        "keepalive_interval": 10,
+    }
+    assert cluster["connect_timeout"] == "1s"
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    keepalive = options["explicit_http_config"]["http2_protocol_options"]["connection_keepalive"]
+    assert (keepalive["interval"], keepalive["timeout"]) == ("30s", "10s")

@@ -23,7 +23,7 @@ from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.xds import handlers
 from tollgate.xds.api.debug import create_app
-from tollgate.xds.grpc.ads import AggregatedDiscoveryService
+from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
 from tollgate.xds.k8s import Kube
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
@@ -51,6 +51,35 @@ class Settings(ServiceSettings):
         default=180,
         gt=0,
         description="List everything again this often and apply what the watches missed (a deletion, say).",
+    )
+    grpc_keepalive_time_s: float = Field(
+        default=Limits.keepalive_time, gt=0, description="Seconds between HTTP/2 PINGs to each Envoy."
+    )
+    grpc_keepalive_timeout_s: float = Field(
+        default=Limits.keepalive_timeout,
+        gt=0,
+        description="A PING unanswered this long closes the connection (a half-open peer).",
+    )
+    grpc_max_connection_age_s: float = Field(
+        default=Limits.max_connection_age,
+        gt=0,
+        description="Then GOAWAY: Envoys reconnect, and spread again over the replicas.",
+    )
+    grpc_max_connection_age_grace_s: float = Field(
+        default=Limits.max_connection_age_grace,
+        ge=0,
+        description="Streams still open this long after the GOAWAY are closed.",
+    )
+    grpc_max_concurrent_streams: int = Field(
+        default=Limits.max_concurrent_streams, ge=1, description="Streams per connection."
+    )
+    grpc_max_streams: int = Field(
+        default=Limits.max_streams,
+        ge=1,
+        description="Streams over all connections; more are refused (RESOURCE_EXHAUSTED).",
+    )
+    ack_timeout_s: float = Field(
+        default=Limits.ack_timeout, gt=0, description="A stream whose response gets no ACK or NACK this long is closed."
     )
     replica: str = Field(
         default="",
@@ -93,8 +122,19 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     # Everything is listed before the first Envoy is served: one served before would lose its listeners.
     await handlers.load(server, api, settings.namespace, mirror)
 
-    grpc_server = grpc.aio.server()
-    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(AggregatedDiscoveryService(server), grpc_server)
+    limits = Limits(
+        keepalive_time=settings.grpc_keepalive_time_s,
+        keepalive_timeout=settings.grpc_keepalive_timeout_s,
+        max_connection_age=settings.grpc_max_connection_age_s,
+        max_connection_age_grace=settings.grpc_max_connection_age_grace_s,
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        max_streams=settings.grpc_max_streams,
+        ack_timeout=settings.ack_timeout_s,
+    )
+    grpc_server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.max_streams)
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+        AggregatedDiscoveryService(server, limits.ack_timeout), grpc_server
+    )
     grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     await grpc_server.start()
     log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})

@@ -100,11 +100,18 @@ def create_app(server: XdsServer) -> FastAPI:
 
     @app.get("/debug/convergence")
     def convergence() -> dict[str, Any]:
-        """Convergence times (change observed to every affected Envoy ACKing) of the latest changes."""
+        """Convergence times (change observed to every affected Envoy ACKing) of the latest changes, and how many
+        changes still wait for an Envoy's answer."""
         samples = sorted(server.convergence)
         if not samples:
-            return {"count": 0}
+            return {"count": 0, "outstanding": server.outstanding}
         quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
-        return {"count": len(samples), "p50": quantiles[49], "p99": quantiles[98], "max": samples[-1]}
+        return {
+            "count": len(samples),
+            "p50": quantiles[49],
+            "p99": quantiles[98],
+            "max": samples[-1],
+            "outstanding": server.outstanding,
+        }
 
     return app
