@@ -3,6 +3,7 @@ leaves no state behind, and a connection whose peer froze is closed by the serve
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -105,3 +106,37 @@ async def _in_sync(server: XdsServer) -> bool | None:
 
 async def _disconnected(server: XdsServer) -> bool | None:
     return not server.connections or None
+
+
+async def _open(channel: grpc.aio.Channel) -> Any:
+    """A stream that has sent its first request and got its first response."""
+    call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).StreamAggregatedResources()
+    await call.write(discovery_pb2.DiscoveryRequest(node=node(), type_url=CLUSTER))
+    await call.read()
+    return call
+
+
+async def test_a_connection_past_its_max_age_and_grace_is_closed() -> None:
+    server = XdsServer(debounce=0)
+    async with (
+        serving(server, Limits(max_connection_age=1, max_connection_age_grace=1)) as port,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        call = await _open(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as closed:
+            await asyncio.wait_for(call.read(), timeout=10)
+        assert closed.value.code() == grpc.StatusCode.UNAVAILABLE
+        await eventually(lambda: _disconnected(server), "the server to forget the stream", timeout=5)
+
+
+async def test_streams_past_the_limit_are_refused() -> None:
+    server = XdsServer(debounce=0)
+    async with (
+        serving(server, Limits(max_streams=1)) as port,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        await _open(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await _open(channel)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(server.connections) == 1
