@@ -31,6 +31,7 @@ from tollgate.testing.xds import (
     envoy_pod,
     events,
     live_envoy,
+    read_vs,
     spare_loopback,
     start_xds,
     stats,
@@ -43,11 +44,6 @@ pytestmark = pytest.mark.e2e
 
 def programmed(obj: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == "Programmed")
-
-
-def read_vs(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
-    return obj
 
 
 async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_envoy_converge(

@@ -136,13 +136,18 @@ async def answers(host: str, port: int, count: int = 8) -> set[str]:
     return {await answer(host, port) for _ in range(count)}
 
 
+def read_vs(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+    return obj
+
+
 async def condition(
     custom: client.CustomObjectsApi, namespace: str, name: str, type_: str, reason: str
 ) -> dict[str, Any]:
     """The VirtualService once its condition `type_` has `reason` for its latest generation."""
 
     async def probe() -> dict[str, Any] | None:
-        obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+        obj = read_vs(custom, namespace, name)
         status = obj.get("status") or {}
         found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
         if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:
