@@ -141,7 +141,7 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
                 if push is None:
                     if not await self._wait(conn, sent_at):
                         log.warning(
-                            "Envoy answered no response in %s s: closing its stream",
+                            "Envoy answered no response (ACK or NACK) within %s s: closing its stream",
                             self.ack_timeout,
                             extra={"node": conn.identity.node_id, "connection": conn.id},
                         )
