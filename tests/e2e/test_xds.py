@@ -31,8 +31,12 @@ from tollgate.testing.xds import (
     PLURAL,
     VERSION,
     admin,
+    answer,
+    answers,
+    apply_vs,
     condition,
     envoy_pod,
+    events,
     live_envoy,
     spare_loopback,
     start_xds,
@@ -120,29 +124,10 @@ async def worker_pod(core: client.CoreV1Api, namespace: str, name: str, labels: 
     return await eventually(ready, f"pod {name} to be Ready", timeout=30)
 
 
-def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> None:
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-
-
 def edit_vs(custom: client.CustomObjectsApi, namespace: str, name: str, edit: Any) -> None:
     obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
     edit(obj["spec"])
     custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, obj)
-
-
-def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
-    listing = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason={reason}")
-    return [str(e.message) for e in listing.items]
-
-
-async def answer(host: str, port: int, payload: bytes = b"x") -> str:
-    """Who answers one datagram sent from a fresh source port (a new UDP proxy session)."""
-    reply = await udp_request(host, port, payload, timeout=1)
-    return reply.split(b":", 1)[0].decode()
-
-
-async def answers(host: str, port: int, count: int = 8) -> set[str]:
-    return {await answer(host, port) for _ in range(count)}
 
 
 # --- tests -------------------------------------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def test_a_nack_is_not_resent_and_the_next_change_retries() -> None:
     assert nack.owners == {OWNER}
     assert stream.next_push() is None, "the rejected version is not sent again"
     assert stream.owner_state(OWNER) == "Rejected"
-    assert stream.settled() and not stream.in_sync()
+    assert stream.settled() and stream.in_sync(), "in sync with what is served: the rejected source is held back"
+    assert stream.target(LISTENER)["l"].version == "1", "the source keeps the version the Envoy accepted"
 
     stream.set_desired(want({"c": "1"}, {"l": "3"}))
     retry = stream.next_push()
@@ -84,6 +85,66 @@ def test_a_nack_is_not_resent_and_the_next_change_retries() -> None:
     ack(stream, retry)
     assert stream.owner_state(OWNER) == "Programmed"
     assert stream.in_sync()
+
+
+GOOD = ir.SourceRef("2026-01-02T00:00:00Z", "ns", "good")
+
+
+def test_a_rejected_source_is_held_back_while_the_others_converge() -> None:
+    stream = Stream(delta=False)
+    stream.set_desired(want({"c": "1"}, {"l": "1"}))
+    connect_sotw(stream)
+
+    def with_good(listener: str, good: str | None) -> Resources:
+        resources = want({"c": "1"}, {"l": listener})
+        if good is not None:
+            resources[LISTENER]["g"] = Resource("g", good, None, GOOD)
+        return resources
+
+    stream.set_desired(with_good("2", None))
+    push = stream.next_push()
+    assert push is not None
+    error = "Error adding/updating listener(s) l: cannot bind '127.1.0.5:3002': Address already in use"
+    stream.on_sotw_request(LISTENER, push.nonce, [], error)
+    rejection = stream.rejection(OWNER)
+    assert rejection is not None and rejection.message == error
+
+    stream.set_desired(with_good("2", "1"))
+    push = stream.next_push()
+    assert push is not None
+    assert {r.name: r.version for r in push.resources} == {"l": "1", "g": "1"}, "the held-back one as last ACKed"
+    ack(stream, push)
+    assert (stream.owner_state(GOOD), stream.owner_state(OWNER)) == ("Programmed", "Rejected")
+
+    stream.set_desired(with_good("2", "2"))
+    push = stream.next_push()
+    assert push is not None
+    assert {r.name: r.version for r in push.resources} == {"l": "1", "g": "2"}, "the rejected version is never resent"
+    ack(stream, push)
+    assert stream.in_sync() and stream.owner_state(GOOD) == "Programmed"
+
+    stream.set_desired(with_good("3", "2"))
+    retry = stream.next_push()
+    assert retry is not None and {r.name: r.version for r in retry.resources} == {"l": "3", "g": "2"}
+    ack(stream, retry)
+    assert stream.owner_state(OWNER) == "Programmed" and not stream.rejected
+
+
+def test_a_new_source_rejected_is_not_served_at_all() -> None:
+    stream = Stream(delta=True)
+    stream.set_desired(want({}, {}))
+    for type_url in (CLUSTER, LISTENER):
+        stream.on_delta_request(type_url, "", [], [], {}, None)
+        while (push := stream.next_push()) is not None:
+            stream.on_delta_request(push.type_url, push.nonce, [], [], {}, None)
+    bad = want({}, {"l": "1"})
+    stream.set_desired(bad)
+    push = stream.next_push()
+    assert push is not None and push.type_url == LISTENER
+    stream.on_delta_request(LISTENER, push.nonce, [], [], {}, "Error adding/updating listener(s) l: invalid")
+    assert stream.target(LISTENER) == {}
+    assert stream.next_push() is None
+    assert stream.owner_state(OWNER) == "Rejected"
 
 
 def test_endpoints_follow_a_resent_cluster() -> None:

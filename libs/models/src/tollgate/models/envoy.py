@@ -41,10 +41,19 @@ def ads_bootstrap(xds_host: str, xds_port: int, *, delta: bool = False) -> dict[
                     "name": XDS_CLUSTER,
                     "type": "STRICT_DNS",
                     "connect_timeout": "1s",
+                    # A half-open connection to a vanished xDS server is found within about a minute (TCP) or
+                    # 40 s (HTTP/2 PING), and Envoy reconnects instead of waiting on it for hours.
+                    "upstream_connection_options": {
+                        "tcp_keepalive": {"keepalive_probes": 3, "keepalive_time": 30, "keepalive_interval": 10}
+                    },
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                            "explicit_http_config": {"http2_protocol_options": {}},
+                            "explicit_http_config": {
+                                "http2_protocol_options": {
+                                    "connection_keepalive": {"interval": "30s", "timeout": "10s"}
+                                }
+                            },
                         }
                     },
                     "load_assignment": {

@@ -130,6 +130,21 @@ class EnvoyNames(WireModel):
     envoy_cluster: str = Field(description="Its Envoy cluster: <namespace>/<virtual service>/<cluster> (likewise).")
 
 
+class ReplicaReport(WireModel):
+    """What one tollgate-xds replica sees of this VirtualService on the Envoys connected to it."""
+
+    generation: int = Field(ge=0, description="The generation of this VirtualService the replica serves.")
+    proxies: int = Field(ge=0, description="Envoys connected to this replica that this configuration applies to.")
+    programmed_proxies: int = Field(ge=0, description="Those of them that have accepted its latest version.")
+    envoys: list[EnvoySync] = Field(
+        default_factory=list,
+        max_length=MAX_ENVOYS_IN_STATUS,
+        description=f"Sync state of each of them (the first {MAX_ENVOYS_IN_STATUS} by node id).",
+    )
+    rejected: list[str] = Field(default_factory=list, description="Envoy's error, for each Envoy that rejected it.")
+    conflicts: list[str] = Field(default_factory=list, description="Its conflicts with other sources on them.")
+
+
 class VirtualServiceStatus(Status):
     proxies: int | None = Field(default=None, ge=0, description="Envoys that this configuration applies to.")
     programmed_proxies: int | None = Field(
@@ -145,6 +160,11 @@ class VirtualServiceStatus(Status):
     )
     envoy_names: list[EnvoyNames] = Field(
         default_factory=list, description="The Envoy names of each translated listener and its cluster."
+    )
+    replicas: dict[str, ReplicaReport] = Field(
+        default_factory=dict,
+        description="Each tollgate-xds replica's own report, by replica (its pod, <namespace>/<name>); the fields "
+        "above merge the reports of the replicas that are alive.",
     )
 
 

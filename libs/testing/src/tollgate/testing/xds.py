@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
@@ -115,13 +116,38 @@ async def stats(ip: str) -> dict[str, int]:
     return {s["name"]: s["value"] for s in data["stats"] if "name" in s and isinstance(s.get("value"), int)}
 
 
+def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
+    """The messages of the Events with `reason` about the object `name`."""
+    listing = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason={reason}")
+    return [str(e.message) for e in listing.items]
+
+
+async def answer(host: str, port: int, payload: bytes = b"x") -> str:
+    """Who answers one datagram sent from a fresh source port (a new UDP proxy session)."""
+    reply = await udp_request(host, port, payload, timeout=1)
+    return reply.split(b":", 1)[0].decode()
+
+
+async def answers(host: str, port: int, count: int = 8) -> set[str]:
+    return {await answer(host, port) for _ in range(count)}
+
+
+def read_vs(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+    return obj
+
+
 async def condition(
     custom: client.CustomObjectsApi, namespace: str, name: str, type_: str, reason: str
 ) -> dict[str, Any]:
     """The VirtualService once its condition `type_` has `reason` for its latest generation."""
 
     async def probe() -> dict[str, Any] | None:
-        obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[assignment]
+        obj = read_vs(custom, namespace, name)
         status = obj.get("status") or {}
         found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
         if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -21,10 +23,11 @@ from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.xds import handlers
 from tollgate.xds.api.debug import create_app
-from tollgate.xds.grpc.ads import AggregatedDiscoveryService
+from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
 from tollgate.xds.k8s import Kube
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
+from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
 
 log = logging.getLogger("tollgate.xds")
@@ -44,6 +47,57 @@ class Settings(ServiceSettings):
     )
     debounce_ms: int = Field(default=50, ge=0, description="Wait this long after a change for more before pushing.")
     status_interval_ms: int = Field(default=500, ge=10, description="At most one status pass per interval.")
+    resync_period_s: float = Field(
+        default=180,
+        gt=0,
+        description="List everything again this often and apply what the watches missed (a deletion, say).",
+    )
+    grpc_keepalive_time_s: float = Field(
+        default=Limits.keepalive_time, gt=0, description="Seconds between HTTP/2 PINGs to each Envoy."
+    )
+    grpc_keepalive_timeout_s: float = Field(
+        default=Limits.keepalive_timeout,
+        gt=0,
+        description="A PING unanswered this long closes the connection (a half-open peer).",
+    )
+    grpc_max_connection_age_s: float = Field(
+        default=Limits.max_connection_age,
+        gt=0,
+        description="Then GOAWAY: Envoys reconnect, and spread again over the replicas.",
+    )
+    grpc_max_connection_age_grace_s: float = Field(
+        default=Limits.max_connection_age_grace,
+        ge=0,
+        description="Streams still open this long after the GOAWAY are closed.",
+    )
+    grpc_max_concurrent_streams: int = Field(
+        default=Limits.max_concurrent_streams, ge=1, description="Streams per connection."
+    )
+    grpc_max_streams: int = Field(
+        default=Limits.max_streams,
+        ge=1,
+        description="Streams over all connections; more are refused (RESOURCE_EXHAUSTED).",
+    )
+    ack_timeout_s: float = Field(
+        default=Limits.ack_timeout, gt=0, description="A stream whose response gets no ACK or NACK this long is closed."
+    )
+    replica: str = Field(
+        default="",
+        description="This replica's pod, <namespace>/<name>, under which it reports in VirtualService status; "
+        "empty: $POD_NAMESPACE/$POD_NAME, else the host name.",
+    )
+    watch_timeout_s: float = Field(
+        default=70,
+        gt=0,
+        description="A watch that receives nothing, not even a bookmark, for this long is reopened.",
+    )
+
+
+def replica_identity(settings: Settings) -> str:
+    if settings.replica:
+        return settings.replica
+    pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    return f"{namespace}/{pod}" if pod and namespace else socket.gethostname()
 
 
 class _APIServer(uvicorn.Server):
@@ -64,11 +118,23 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     )
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
+    mirror = Mirror()
     # Everything is listed before the first Envoy is served: one served before would lose its listeners.
-    await handlers.load(server, api, settings.namespace)
+    await handlers.load(server, api, settings.namespace, mirror)
 
-    grpc_server = grpc.aio.server()
-    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(AggregatedDiscoveryService(server), grpc_server)
+    limits = Limits(
+        keepalive_time=settings.grpc_keepalive_time_s,
+        keepalive_timeout=settings.grpc_keepalive_timeout_s,
+        max_connection_age=settings.grpc_max_connection_age_s,
+        max_connection_age_grace=settings.grpc_max_connection_age_grace_s,
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        max_streams=settings.grpc_max_streams,
+        ack_timeout=settings.ack_timeout_s,
+    )
+    grpc_server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.max_streams)
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+        AggregatedDiscoveryService(server, limits.ack_timeout), grpc_server
+    )
     grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     await grpc_server.start()
     log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})
@@ -81,12 +147,20 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     context.health.add_readiness_check("api", lambda: api_server.started or "debug API not started")
 
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, server)
+    handlers.register(registry, server, mirror, settings.watch_timeout_s)
     tasks = [
         asyncio.create_task(server.run(context.stop), name="recompute"),
-        asyncio.create_task(StatusReporter(server, kube, settings.status_interval_ms / 1000).run(context.stop)),
+        asyncio.create_task(
+            StatusReporter(
+                server, kube, settings.status_interval_ms / 1000, replica_identity(settings), settings.namespace
+            ).run(context.stop)
+        ),
         asyncio.create_task(api_server.serve(), name="debug api"),
         asyncio.create_task(run_operator(settings, context, registry), name="operator"),
+        asyncio.create_task(
+            handlers.resync_every(settings.resync_period_s, server, api, settings.namespace, mirror, context.stop),
+            name="resync",
+        ),
     ]
     try:
         done, _ = await asyncio.wait(

@@ -1,9 +1,12 @@
-"""kopf handlers: every watched object goes into the xDS server's world; nothing else happens here."""
+"""kopf handlers: every watched object goes into the xDS server's world; and the resync that catches what the
+watches missed."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import logging
+import random
 from typing import Any
 
 import kopf
@@ -12,8 +15,11 @@ from kubernetes import client
 from tollgate.models import epic, servicemesh
 from tollgate.runtime.operator import configure
 from tollgate.xds.k8s import list_watched
+from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
-from tollgate.xds.world import World
+from tollgate.xds.world import World, key_of
+
+log = logging.getLogger("tollgate.xds.handlers")
 
 WATCHED = {
     "virtualservices": (servicemesh.GROUP, servicemesh.VERSION, World.set_virtual_service),
@@ -24,30 +30,93 @@ WATCHED = {
     "gwendpointslices": (epic.GROUP, epic.VERSION, World.set_gw_endpoint_slice),
     "pods": ("", "v1", World.set_pod),
 }
+# The first resync comes this soon (the watches have listed by then): an object deleted between the first listing and
+# the watches' own is gone from Envoys within seconds, not a whole period.
+FIRST_RESYNC = 15
+# A watch reconnects after this many seconds, times a random factor of 1 to 2, so replicas do not reconnect together.
+RECONNECT_BACKOFF = 0.5
 
 
-def register(registry: kopf.OperatorRegistry, server: XdsServer) -> None:
+def register(registry: kopf.OperatorRegistry, server: XdsServer, mirror: Mirror, watch_timeout: float) -> None:
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, "xds")
+        # A watch that receives nothing (not even a bookmark) for this long is taken as half-open and reopened.
+        settings.watching.inactivity_timeout = watch_timeout
+        settings.watching.connect_timeout = min(watch_timeout, 10)
+        settings.watching.reconnect_backoff = RECONNECT_BACKOFF * random.uniform(1, 2)
 
     for plural, (group, version, setter) in WATCHED.items():
 
-        async def handler(event: kopf.RawEvent, body: kopf.Body, setter: Any = setter, **_: Any) -> None:
+        async def handler(
+            event: kopf.RawEvent, body: kopf.Body, setter: Any = setter, plural: str = plural, **_: Any
+        ) -> None:
             obj = copy.deepcopy(dict(body))
-            if setter(server.world, obj, deleted=event.get("type") == "DELETED"):
+            deleted = event.get("type") == "DELETED"
+            mirror.record(plural, obj, deleted)
+            if setter(server.world, obj, deleted=deleted):
                 server.changed()
+            if plural == "virtualservices":
+                server.status_dirty.set()  # another replica's report may have changed the status
 
         kopf.on.event(group, version, plural, registry=registry, id=f"watch-{plural}")(handler)
 
 
-async def load(server: XdsServer, api: client.ApiClient, namespace: str | None) -> None:
+def _listing(api: client.ApiClient, namespace: str | None) -> dict[str, list[Any]]:
+    watched = {plural: (group, version) for plural, (group, version, _) in WATCHED.items()}
+    return list_watched(api, namespace, watched)
+
+
+async def load(server: XdsServer, api: client.ApiClient, namespace: str | None, mirror: Mirror) -> None:
     """Fill the world with a first listing of everything, then translate it once."""
-    listing = await asyncio.to_thread(
-        list_watched, api, namespace, {plural: (group, version) for plural, (group, version, _) in WATCHED.items()}
-    )
+    listing = await asyncio.to_thread(_listing, api, namespace)
     for plural, items in listing.items():
         setter = WATCHED[plural][2]
         for obj in items:
+            mirror.record(plural, obj)
             setter(server.world, obj)
     server.recompute()
+
+
+async def resync(server: XdsServer, api: client.ApiClient, namespace: str | None, mirror: Mirror) -> int:
+    """List everything again and apply what the watches missed; the number of objects corrected."""
+    since = mirror.sequence
+    listing = await asyncio.to_thread(_listing, api, namespace)
+    corrected = 0
+    for plural, items in listing.items():
+        setter = WATCHED[plural][2]
+        diff = mirror.diff(plural, items, since)
+        for obj in diff.changed:
+            log.info("resync: %s %s/%s changed without a watch event", plural, *key_of(obj))
+            mirror.record(plural, obj)
+            setter(server.world, obj)
+        for obj in diff.gone:
+            log.info("resync: %s %s/%s was deleted without a watch event", plural, *key_of(obj))
+            mirror.record(plural, obj, deleted=True)
+            setter(server.world, obj, deleted=True)
+        corrected += len(diff.changed) + len(diff.gone)
+    mirror.forget_deleted(since)
+    if corrected:
+        server.changed()
+    return corrected
+
+
+async def resync_every(
+    period: float, server: XdsServer, api: client.ApiClient, namespace: str | None, mirror: Mirror, stop: asyncio.Event
+) -> None:
+    """`resync` every `period` seconds (give or take a tenth, so replicas spread their listings), the first time
+    after FIRST_RESYNC seconds at most."""
+    wait = min(period, FIRST_RESYNC)
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), wait * random.uniform(0.9, 1.1))
+            return
+        except TimeoutError:
+            pass
+        try:
+            wait = period
+            corrected = await resync(server, api, namespace, mirror)
+        except (client.ApiException, OSError) as error:
+            log.warning("resync failed, trying again next period: %s", error)
+            continue
+        log.debug("resync done", extra={"corrected": corrected})

@@ -52,6 +52,10 @@ class Kube:
             log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
 
 
+# Seconds to connect and to wait for each read of a listing: a frozen connection fails instead of hanging.
+LIST_TIMEOUT = (10, 60)
+
+
 def list_watched(
     api: client.ApiClient, namespace: str | None, watched: dict[str, tuple[str, str]]
 ) -> dict[str, list[Any]]:
@@ -61,14 +65,16 @@ def list_watched(
     for plural, (group, version) in watched.items():
         if not group:
             response = (
-                core.list_namespaced_pod(namespace, _preload_content=False)
+                core.list_namespaced_pod(namespace, _preload_content=False, _request_timeout=LIST_TIMEOUT)
                 if namespace
-                else core.list_pod_for_all_namespaces(_preload_content=False)
+                else core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=LIST_TIMEOUT)
             )
             listing = json.loads(response.data)  # type: ignore[attr-defined]
         elif namespace:
-            listing = custom.list_namespaced_custom_object(group, version, namespace, plural)
+            listing = custom.list_namespaced_custom_object(
+                group, version, namespace, plural, _request_timeout=LIST_TIMEOUT
+            )
         else:
-            listing = custom.list_cluster_custom_object(group, version, plural)
+            listing = custom.list_cluster_custom_object(group, version, plural, _request_timeout=LIST_TIMEOUT)
         result[plural] = listing.get("items", [])
     return result

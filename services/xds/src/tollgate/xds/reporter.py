@@ -2,7 +2,9 @@
 spec errors (routes that attach to none of its listeners) as Events on it.
 
 Runs a pass when the server's state changed (at most once per `interval`): Envoys connecting, ACKing or
-NACKing, and changes to the objects. A status is written only when it differs from the last one written.
+NACKing, and changes to the objects (another replica's report among them). This replica writes its own report
+under `status.replicas[<replica>]` and the status merged from the reports of the live replicas (see status.py),
+only when that differs from the status the object has; the reports of replicas whose pod is gone are dropped.
 """
 
 from __future__ import annotations
@@ -18,20 +20,36 @@ from tollgate.models.servicemesh import VirtualServiceStatus
 from tollgate.xds import ir
 from tollgate.xds.k8s import Kube
 from tollgate.xds.server import XdsServer
-from tollgate.xds.status import EnvoyView, virtual_service_status
+from tollgate.xds.status import EnvoyView, replica_report, virtual_service_status
 
 log = logging.getLogger("tollgate.xds.reporter")
 Key = tuple[str, str]
 
 
 class StatusReporter:
-    def __init__(self, server: XdsServer, kube: Kube, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        server: XdsServer,
+        kube: Kube,
+        interval: float = 0.5,
+        replica: str = "xds",
+        watched_namespace: str | None = None,
+    ) -> None:
         self.server = server
         self.kube = kube
         self.interval = interval
-        self._written: dict[Key, dict[str, Any]] = {}
-        self._previous: dict[Key, VirtualServiceStatus] = {}
+        self.replica = replica
+        self.watched_namespace = watched_namespace
         self._told: dict[tuple[Key, str], str] = {}
+
+    def alive(self, replica: str) -> bool:
+        """A replica `<namespace>/<pod>` is alive while its pod exists; one whose pods are not watched, always."""
+        namespace, _, pod = replica.partition("/")
+        if replica == self.replica or not pod:
+            return True
+        if self.watched_namespace is not None and namespace != self.watched_namespace:
+            return True
+        return (namespace, pod) in self.server.world.pods
 
     async def run(self, stop: asyncio.Event) -> None:
         stopping = asyncio.ensure_future(stop.wait())
@@ -56,12 +74,12 @@ class StatusReporter:
         views: dict[ir.SourceRef, dict[str, EnvoyView]] = defaultdict(dict)
         conflicts: dict[ir.SourceRef, list[ir.Conflict]] = defaultdict(list)
         for conn in sorted(self.server.connections.values(), key=lambda c: c.id):
-            nacks = {s.nack for s in conn.stream.types.values() if s.nack is not None}
             for ref in conn.config.sources:
                 state = conn.stream.owner_state(ref)
                 if state == "Programmed":
                     conn.programmed[ref] = self.server.generations.get(ref, 0)
-                error = next((n.message for n in nacks if ref in n.owners), "")
+                rejection = conn.stream.rejection(ref)
+                error = rejection.message if rejection is not None else ""
                 node = conn.identity.node_id
                 views[ref][node] = EnvoyView(node, state, conn.programmed.get(ref), error)
             for conflict in conn.config.conflicts:
@@ -86,10 +104,17 @@ class StatusReporter:
         for conn, nack in nacks:
             for owner in nack.owners:
                 rejections[(owner, nack.message)].append(conn.identity.node_id)
-        objects = self.server.world.virtual_services
+        world = self.server.world
+        by_kind = {
+            "VirtualService": world.virtual_services,
+            "LoadBalancer": world.load_balancers,
+            "GWProxy": world.gw_proxies,
+        }
+        objects = world.virtual_services
         for (owner, message), nodes in rejections.items():
-            obj = objects.get((owner.namespace, owner.name))
-            if obj is not None and owner.kind == "VirtualService":
+            # A GWProxy's or LoadBalancer's status is the allocator's: their rejections are told in Events.
+            obj = by_kind[owner.kind].get((owner.namespace, owner.name))
+            if obj is not None:
                 generation = self.server.generations.get(owner, 0)
                 who = ", ".join(sorted(set(nodes)))
                 await self.kube.event(
@@ -105,10 +130,11 @@ class StatusReporter:
             obj = objects.get(key)
             if ref.kind != "VirtualService" or obj is None:
                 continue
-            previous = self._previous.get(key)
-            if previous is None and obj.get("status"):
-                previous = VirtualServiceStatus.model_validate(obj["status"])
-            status = virtual_service_status(source, views.get(ref, {}).values(), conflicts.get(ref, []), previous)
+            current = VirtualServiceStatus.model_validate(obj["status"]) if obj.get("status") else None
+            others = current.replicas if current is not None else {}
+            reports = {r: report for r, report in others.items() if r != self.replica and self.alive(r)}
+            reports[self.replica] = replica_report(source, views.get(ref, {}).values(), conflicts.get(ref, []))
+            status = virtual_service_status(source, reports, current)
             await self._tell(dict(obj), key, "errors", "Warning", "Invalid", "; ".join(source.errors))
             conflicted = status.condition("Conflicted")
             await self._tell(
@@ -123,14 +149,13 @@ class StatusReporter:
             if programmed is not None and programmed.status == "True":
                 await self._tell(dict(obj), key, "programmed", "Normal", "Programmed", programmed.message)
             wire = status.to_wire()
-            if self._written.get(key) == wire:
+            if current is not None and current.to_wire() == wire:
                 continue
-            if await self.kube.patch_virtual_service_status(ref.namespace, ref.name, wire):
-                self._written[key] = wire
-                self._previous[key] = status
+            gone = [r for r in others if r not in reports]
+            if gone:
+                log.info("dropping the reports of replicas that are gone", extra={"replicas": gone, "object": key})
+                wire["replicas"].update(dict.fromkeys(gone))  # null removes the key in a merge patch
+            await self.kube.patch_virtual_service_status(ref.namespace, ref.name, wire)
         live = {(s.ref.namespace, s.ref.name) for s in self.server.sources}
-        for key in set(self._written) - live:
-            self._written.pop(key, None)
-            self._previous.pop(key, None)
         for told in [told for told in self._told if told[0] not in live]:
             del self._told[told]

@@ -29,6 +29,8 @@ from tollgate.xds.world import World
 
 log = logging.getLogger("tollgate.xds.server")
 CONVERGENCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.
+MAX_OUTSTANDING = 1000
 
 
 @dataclass
@@ -88,6 +90,7 @@ class XdsServer:
         meter: metrics.Meter | None = None,
         tracer: trace.Tracer | None = None,
         stream_class: type[Stream] = Stream,
+        max_outstanding: int = MAX_OUTSTANDING,
     ) -> None:
         self.world = World()
         self.dns = dns or DNS()
@@ -105,6 +108,7 @@ class XdsServer:
         self._changes: list[float] = []
         self._dirty = asyncio.Event()
         self._outstanding: list[_Outstanding] = []
+        self.max_outstanding = max_outstanding
         meter = meter or metrics.get_meter("tollgate.xds")
         self.tracer = tracer or trace.get_tracer("tollgate.xds")
         self._connected = meter.create_up_down_counter("xds_connected_envoys", description="Envoys connected over ADS")
@@ -117,6 +121,15 @@ class XdsServer:
             description="From a change observed to every affected Envoy having ACKed (or rejected) it",
             explicit_bucket_boundaries_advisory=list(CONVERGENCE_BUCKETS),
         )
+        self._abandoned = meter.create_counter(
+            "xds_convergence_abandoned",
+            description="Changes no longer waited for: more were outstanding than the cap (an Envoy never answers)",
+        )
+
+    @property
+    def outstanding(self) -> int:
+        """Changes still waiting for some affected Envoy to answer."""
+        return len(self._outstanding)
 
     # --- changes --------------------------------------------------------------------------------------------
 
@@ -152,6 +165,14 @@ class XdsServer:
             span.set_attribute("xds.envoys.affected", len(affected))
         if affected and observed:
             self._outstanding.append(_Outstanding(observed, affected))
+            if len(self._outstanding) > self.max_outstanding:
+                dropped = self._outstanding.pop(0)
+                self._abandoned.add(len(dropped.observed))
+                log.warning(
+                    "more than %d changes wait for Envoys to answer: the oldest is no longer waited for",
+                    self.max_outstanding,
+                    extra={"envoys": sorted(dropped.remaining)},
+                )
         self.status_dirty.set()
         for conn_id in affected:
             self.connections[conn_id].wake.set()

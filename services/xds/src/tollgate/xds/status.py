@@ -1,5 +1,9 @@
 """What a VirtualService's status says, from its IR and where each Envoy stands with it. No I/O.
 
+Each replica of tollgate-xds reports on the Envoys connected to it (`replica_report`) under its own key of
+`status.replicas`; the rest of the status merges the reports of the live replicas (`virtual_service_status`), so
+that every replica computes the same status from the same reports and none undoes another's.
+
 Conditions: `Accepted` (the spec translates), `Conflicted` (another source on the same Envoy holds one of its
 names or ports) and `Programmed` (every Envoy it applies to runs its latest version), with the counts in
 `proxies`/`programmed_proxies`, one entry per Envoy in `envoys`, and the Envoy names of its listeners and
@@ -8,10 +12,16 @@ clusters in `envoy_names`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tollgate.models.servicemesh import MAX_ENVOYS_IN_STATUS, EnvoyNames, EnvoySync, VirtualServiceStatus
+from tollgate.models.servicemesh import (
+    MAX_ENVOYS_IN_STATUS,
+    EnvoyNames,
+    EnvoySync,
+    ReplicaReport,
+    VirtualServiceStatus,
+)
 from tollgate.xds import ir
 from tollgate.xds.streams import OwnerState
 
@@ -50,13 +60,28 @@ def selector_text(selector: ir.ProxySelector) -> str:
     return f"{labels} in namespace {selector.namespace}" if selector.namespace else labels
 
 
+def replica_report(source: ir.Source, envoys: Iterable[EnvoyView], conflicts: Iterable[ir.Conflict]) -> ReplicaReport:
+    """What one replica sees of a VirtualService on the Envoys connected to it."""
+    views = sorted(envoys, key=lambda v: v.node)
+    return ReplicaReport(
+        generation=source.generation,
+        proxies=len(views),
+        programmed_proxies=sum(1 for v in views if v.state == "Programmed"),
+        envoys=[EnvoySync(node=v.node, state=v.state, generation=v.generation) for v in views[:MAX_ENVOYS_IN_STATUS]],
+        rejected=[
+            f"Envoy {v.node} rejected generation {source.generation}: {v.error}" for v in views if v.state == "Rejected"
+        ],
+        conflicts=list(dict.fromkeys(c.message_for(source.ref) for c in conflicts)),
+    )
+
+
 def virtual_service_status(
     source: ir.Source,
-    envoys: Iterable[EnvoyView],
-    conflicts: Iterable[ir.Conflict],
+    reports: Mapping[str, ReplicaReport],
     previous: VirtualServiceStatus | None = None,
 ) -> VirtualServiceStatus:
-    views = sorted(envoys, key=lambda v: v.node)
+    """The status from the reports of the live replicas: the same on every replica that has the same reports."""
+    ordered = [reports[replica] for replica in sorted(reports)]
     status = VirtualServiceStatus(conditions=list(previous.conditions) if previous else [])
     generation = source.generation
     status.observed_generation = generation
@@ -66,15 +91,16 @@ def virtual_service_status(
     else:
         status.set_condition("Accepted", "True", "Accepted", f"{len(source.units)} listener(s) translated", generation)
 
-    messages = [c.message_for(source.ref) for c in conflicts]
+    messages = sorted({m for r in ordered for m in r.conflicts})
     if messages:
         status.set_condition("Conflicted", "True", "NameConflict", _join(messages), generation)
     else:
         status.set_condition("Conflicted", "False", "NoConflicts", "", generation)
 
-    programmed = [v for v in views if v.state == "Programmed"]
-    rejected = [v for v in views if v.state == "Rejected"]
-    if not views:
+    proxies = sum(r.proxies for r in ordered)
+    programmed = sum(r.programmed_proxies for r in ordered)
+    rejected = sorted({m for r in ordered for m in r.rejected})
+    if not proxies:
         status.set_condition(
             "Programmed",
             "False",
@@ -83,28 +109,18 @@ def virtual_service_status(
             generation,
         )
     elif rejected:
-        text = _join(f"Envoy {v.node} rejected generation {generation}: {v.error}" for v in rejected)
-        status.set_condition("Programmed", "False", "Rejected", text, generation)
-    elif len(programmed) == len(views):
+        status.set_condition("Programmed", "False", "Rejected", _join(rejected), generation)
+    elif programmed == proxies:
         status.set_condition(
-            "Programmed",
-            "True",
-            "Programmed",
-            f"{len(views)}/{len(views)} Envoys run generation {generation}",
-            generation,
+            "Programmed", "True", "Programmed", f"{proxies}/{proxies} Envoys run generation {generation}", generation
         )
     else:
         status.set_condition(
-            "Programmed",
-            "False",
-            "Pending",
-            f"{len(programmed)}/{len(views)} Envoys run generation {generation}",
-            generation,
+            "Programmed", "False", "Pending", f"{programmed}/{proxies} Envoys run generation {generation}", generation
         )
-    status.proxies = len(views)
-    status.programmed_proxies = len(programmed)
-    status.envoys = [
-        EnvoySync(node=v.node, state=v.state, generation=v.generation) for v in views[:MAX_ENVOYS_IN_STATUS]
-    ]
+    status.proxies = proxies
+    status.programmed_proxies = programmed
+    status.envoys = sorted((e for r in ordered for e in r.envoys), key=lambda e: e.node)[:MAX_ENVOYS_IN_STATUS]
     status.envoy_names = envoy_names(source.units)
+    status.replicas = dict(reports)
     return status

@@ -6,8 +6,11 @@ What makes it more than a cache:
 - One response in flight per stream: the next waits for the Envoy's ACK or NACK, which gives the
   make-before-break order Envoy asks for: clusters (keeping the ones the Envoy's listeners still use),
   then endpoints, then listeners, and only once the listeners are ACKed, the removal of unused clusters.
-- A NACK reverts to what the Envoy last ACKed and parks the type: the rejected content is not sent again
-  until the desired content changes (the next change retries), or the Envoy asks again.
+- A NACK is blamed on the sources whose resources it names (else on every source the response changed) and
+  reverts to what the Envoy last ACKed. Each blamed source is held back on that Envoy for that type: its last
+  ACKed resources (or none) are served instead of the rejected ones, until the source's own resources of that
+  type change, while every other source keeps converging. The rejected content is never sent again as is.
+  A NACK that blames no source (a removal) parks the type until the desired content changes.
 - Delta streams start from the versions the Envoy reports having (`initial_resource_versions`), so an
   Envoy that reconnects after a restart of this server is sent only what differs.
 """
@@ -43,6 +46,20 @@ class Nack:
     nonce: str
     message: str
     owners: frozenset[ir.SourceRef]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An Envoy rejected `owner`'s resources of `type_url` at `versions` ((name, version) pairs)."""
+
+    owner: ir.SourceRef
+    type_url: str
+    message: str
+    versions: frozenset[tuple[str, str]]
+
+
+def _versions_of(resources: Mapping[str, Resource], owner: ir.SourceRef) -> frozenset[tuple[str, str]]:
+    return frozenset((name, r.version) for name, r in resources.items() if r.owner == owner)
 
 
 @dataclass
@@ -85,8 +102,11 @@ class Stream:
         self.generation: dict[str, int] = dict.fromkeys(TYPE_ORDER, 0)
         self._nonces = 0
         self._owned: dict[ir.SourceRef, list[tuple[str, Resource]]] | None = None
-        self._endpoints_key: tuple[int, int, bool] | None = None
+        self._endpoints_key: tuple[int, int, bool, int] | None = None
         self._endpoints_target: dict[str, Resource] = {}
+        # Sources held back on this Envoy, by (source, type URL); `_rejections` counts changes to it.
+        self.rejected: dict[tuple[ir.SourceRef, str], Rejection] = {}
+        self._rejections = 0
 
     # --- what the Envoy should have -------------------------------------------------------------------------
 
@@ -102,13 +122,44 @@ class Stream:
             if not _same(new, old):
                 self.generation[type_url] += 1
                 changed = True
+                self._release(type_url)
         return changed
 
+    def _release(self, type_url: str) -> None:
+        """Forget the rejections of sources whose resources of `type_url` changed: their new content is tried."""
+        desired = self.desired[type_url]
+        for key, rejection in list(self.rejected.items()):
+            if key[1] == type_url and _versions_of(desired, rejection.owner) != rejection.versions:
+                del self.rejected[key]
+                self._rejections += 1
+
+    def rejection(self, owner: ir.SourceRef) -> Rejection | None:
+        """Why `owner` is held back on this Envoy, if it is."""
+        return next((r for (ref, _), r in self.rejected.items() if ref == owner), None)
+
+    def target(self, type_url: str) -> dict[str, Resource]:
+        """What the Envoy should have of `type_url`: the desired resources, except that each held-back source
+        keeps what the Envoy last ACKed of it (or nothing)."""
+        desired = self.desired[type_url]
+        held = {owner for owner, t in self.rejected if t == type_url}
+        if not held:
+            return desired
+        acked = self.types[type_url].acked
+        result: dict[str, Resource] = {}
+        for name, resource in desired.items():
+            if resource.owner not in held:
+                result[name] = resource
+            elif (previous := acked.get(name)) is not None:
+                result[name] = previous
+        for name, resource in acked.items():
+            if resource.owner in held and name not in result:
+                result[name] = resource
+        return result
+
     def owner_state(self, owner: ir.SourceRef) -> OwnerState:
-        """`Programmed`: the Envoy ACKed every resource of `owner`; `Rejected`: it NACKed one; else `Pending`."""
-        for state in self.types.values():
-            if state.nack is not None and owner in state.nack.owners:
-                return "Rejected"
+        """`Programmed`: the Envoy ACKed every resource of `owner`; `Rejected`: it is held back; else `Pending`."""
+        if self.rejection(owner) is not None:
+            return "Rejected"
         if self._owned is None:
             self._owned = {}
             for type_url, resources in self.desired.items():
@@ -131,7 +182,7 @@ class Stream:
                 continue
             if state.pending is not None:
                 return False
-            desired = self.desired[type_url]
+            desired = self.target(type_url)
             if type_url == ENDPOINT:
                 desired = {n: r for n, r in desired.items() if state.subscribed(n)}
                 if any(state.acked.get(n) is None or state.acked[n].version != r.version for n, r in desired.items()):
@@ -224,15 +275,23 @@ class Stream:
         push = state.pending
         assert push is not None
         blamed = [r for r in push.changed if r.name in error] or list(push.changed)
+        owners = frozenset(r.owner for r in blamed if r.owner is not None)
         nack = Nack(
             type_url=state.type_url,
             version=push.version,
             nonce=push.nonce,
             message=error,
-            owners=frozenset(r.owner for r in blamed if r.owner is not None),
+            owners=owners,
         )
         state.nack = nack
-        state.nacked_generation = self.generation[state.type_url]
+        desired = self.desired[state.type_url]
+        for owner in owners:
+            versions = _versions_of(state.sent, owner)
+            # Held back only while the rejected content is still what is desired; else the new content is tried.
+            if _versions_of(desired, owner) == versions:
+                self.rejected[(owner, state.type_url)] = Rejection(owner, state.type_url, error, versions)
+                self._rejections += 1
+        state.nacked_generation = None if owners else self.generation[state.type_url]
         state.sent = dict(state.acked)
         state.pending = None
         return nack
@@ -249,24 +308,24 @@ class Stream:
             return None
         clusters, endpoints, listeners = (self.types[t] for t in (CLUSTER, ENDPOINT, LISTENER))
         if self._may_send(clusters):
-            desired = self.desired[CLUSTER]
+            desired = self.target(CLUSTER)
             keep = {name: clusters.sent[name] for name in clusters.sent.keys() - desired.keys()}
             target = {**keep, **desired} if keep else desired
             if (push := self._push(clusters, target, partial=bool(keep))) is not None:
                 return push
         if self._may_send(endpoints) and (push := self._push(endpoints, self._endpoints_wanted())) is not None:
             return push
-        if self._may_send(listeners) and (push := self._push(listeners, self.desired[LISTENER])) is not None:
+        if self._may_send(listeners) and (push := self._push(listeners, self.target(LISTENER))) is not None:
             return push
-        listeners_done = not listeners.seen or _same(listeners.acked, self.desired[LISTENER])
+        listeners_done = not listeners.seen or _same(listeners.acked, self.target(LISTENER))
         if clusters.seen and listeners_done and clusters.nacked_generation != self.generation[CLUSTER]:
-            return self._push(clusters, self.desired[CLUSTER])
+            return self._push(clusters, self.target(CLUSTER))
         return None
 
     def _endpoints_wanted(self) -> dict[str, Resource]:
         """The load assignments the Envoy asks for: desired ones, else the last sent (its cluster is going away)."""
-        state, desired = self.types[ENDPOINT], self.desired[ENDPOINT]
-        key = (self.generation[ENDPOINT], state.names_revision, state.wildcard)
+        state, desired = self.types[ENDPOINT], self.target(ENDPOINT)
+        key = (self.generation[ENDPOINT], state.names_revision, state.wildcard, self._rejections)
         if key != self._endpoints_key:
             wanted = desired.keys() if state.wildcard else state.names
             self._endpoints_target = {name: desired[name] for name in wanted if name in desired}

@@ -31,6 +31,11 @@ def _type_status(conn: Connection, state: TypeState) -> dict[str, Any]:
         "pending": state.pending is not None,
         "pushes": state.pushes,
         "nack": None if nack is None else {"version": nack.version, "nonce": nack.nonce, "message": nack.message},
+        "held_back": {
+            str(owner): rejection.message
+            for (owner, type_url), rejection in sorted(conn.stream.rejected.items())
+            if type_url == state.type_url
+        },
     }
 
 
@@ -95,11 +100,18 @@ def create_app(server: XdsServer) -> FastAPI:
 
     @app.get("/debug/convergence")
     def convergence() -> dict[str, Any]:
-        """Convergence times (change observed to every affected Envoy ACKing) of the latest changes."""
+        """Convergence times (change observed to every affected Envoy ACKing) of the latest changes, and how many
+        changes still wait for an Envoy's answer."""
         samples = sorted(server.convergence)
         if not samples:
-            return {"count": 0}
+            return {"count": 0, "outstanding": server.outstanding}
         quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
-        return {"count": len(samples), "p50": quantiles[49], "p99": quantiles[98], "max": samples[-1]}
+        return {
+            "count": len(samples),
+            "p50": quantiles[49],
+            "p99": quantiles[98],
+            "max": samples[-1],
+            "outstanding": server.outstanding,
+        }
 
     return app

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
@@ -20,6 +22,35 @@ from tollgate.xds.streams import Push
 
 log = logging.getLogger("tollgate.xds.ads")
 CONTROL_PLANE = "tollgate-xds"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a connection or a stream may live, idle or unanswered, and how many there may be."""
+
+    keepalive_time: float = 30  # seconds between the server's HTTP/2 PINGs on a connection
+    keepalive_timeout: float = 10  # a PING unanswered this long closes the connection (a half-open peer)
+    max_connection_age: float = 3600  # then GOAWAY: Envoys reconnect, and spread again over the replicas
+    max_connection_age_grace: float = 60  # streams still open this long after the GOAWAY are closed
+    max_concurrent_streams: int = 16  # per connection (an Envoy uses one)
+    max_streams: int = 10000  # over all connections; more are refused with RESOURCE_EXHAUSTED
+    ack_timeout: float = 60  # a stream whose response is not ACKed or NACKed this long is closed
+
+
+def server_options(limits: Limits) -> list[tuple[str, int]]:
+    """grpcio server options for `limits`; client PINGs as often as every 10 s are allowed (Envoy's: 30 s)."""
+    return [
+        ("grpc.keepalive_time_ms", int(limits.keepalive_time * 1000)),
+        ("grpc.keepalive_timeout_ms", int(limits.keepalive_timeout * 1000)),
+        # grpcio 1.85 times keepalive PINGs out with the PING timeout (60 s by default), not the one above.
+        ("grpc.http2.ping_timeout_ms", int(limits.keepalive_timeout * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10000),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.max_connection_age_ms", int(limits.max_connection_age * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(limits.max_connection_age_grace * 1000)),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+    ]
 
 
 def sotw_response(push: Push) -> discovery_pb2.DiscoveryResponse:
@@ -48,20 +79,21 @@ def delta_response(push: Push) -> discovery_pb2.DeltaDiscoveryResponse:
 
 
 class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
-    def __init__(self, server: XdsServer) -> None:
+    def __init__(self, server: XdsServer, ack_timeout: float = Limits.ack_timeout) -> None:
         self.server = server
+        self.ack_timeout = ack_timeout
 
     async def StreamAggregatedResources(
         self, requests: AsyncIterator[discovery_pb2.DiscoveryRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
-        async for response in self._serve(requests, delta=False):
+        async for response in self._serve(requests, context, delta=False):
             assert isinstance(response, discovery_pb2.DiscoveryResponse)
             yield response
 
     async def DeltaAggregatedResources(
         self, requests: AsyncIterator[discovery_pb2.DeltaDiscoveryRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[discovery_pb2.DeltaDiscoveryResponse]:
-        async for response in self._serve(requests, delta=True):
+        async for response in self._serve(requests, context, delta=True):
             assert isinstance(response, discovery_pb2.DeltaDiscoveryResponse)
             yield response
 
@@ -91,7 +123,9 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
             conn.closed = True
             conn.wake.set()
 
-    async def _serve(self, requests: AsyncIterator[Message], delta: bool) -> AsyncIterator[Message]:
+    async def _serve(
+        self, requests: AsyncIterator[Message], context: grpc.aio.ServicerContext, delta: bool
+    ) -> AsyncIterator[Message]:
         iterator = aiter(requests)
         try:
             first = await anext(iterator)
@@ -100,17 +134,38 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
         conn = self.server.connect(first.node, delta)
         self._handle(conn, first)
         reader = asyncio.create_task(self._read(conn, iterator), name=f"xds read {conn.identity.node_id}")
+        sent_at = 0.0
         try:
             while not conn.closed:
                 push = conn.stream.next_push()
                 if push is None:
-                    await conn.wake.wait()
-                    conn.wake.clear()
+                    if not await self._wait(conn, sent_at):
+                        log.warning(
+                            "Envoy answered no response (ACK or NACK) within %s s: closing its stream",
+                            self.ack_timeout,
+                            extra={"node": conn.identity.node_id, "connection": conn.id},
+                        )
+                        await context.abort(
+                            grpc.StatusCode.DEADLINE_EXCEEDED, f"no ACK or NACK within {self.ack_timeout} s"
+                        )
                     continue
                 self.server.pushed(conn, push)
+                sent_at = time.monotonic()
                 yield delta_response(push) if delta else sotw_response(push)
         finally:
+            # First: after an abort grpcio may never let the reader finish, and the state must go regardless.
+            self.server.disconnect(conn)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await reader
-            self.server.disconnect(conn)
+
+    async def _wait(self, conn: Connection, sent_at: float) -> bool:
+        """Wait for a request or a change; False once a response has waited `ack_timeout` for its answer."""
+        waiting = any(state.pending is not None for state in conn.stream.types.values())
+        timeout = self.ack_timeout - (time.monotonic() - sent_at) if waiting else None
+        try:
+            await asyncio.wait_for(conn.wake.wait(), timeout)
+        except TimeoutError:
+            return False
+        conn.wake.clear()
+        return True
