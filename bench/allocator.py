@@ -23,8 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubernetes import client
-
 from tollgate.allocator import allocation
 from tollgate.allocator.k8s import Kube
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
@@ -50,9 +48,7 @@ class Row:
 
 
 def kube(kubeconfig: Path | None) -> Kube:
-    configuration = api_client(kubeconfig).configuration
-    configuration.connection_pool_maxsize = 8
-    return Kube(client.ApiClient(configuration))
+    return Kube(api_client(kubeconfig, pool_size=8))
 
 
 async def run_scheme(scheme: str, allocators: int, ids: int, block: int, kubeconfig: Path | None) -> Row:

@@ -8,7 +8,7 @@ import kopf
 import pytest
 
 from tollgate.runtime.kube import KubeTimeouts
-from tollgate.runtime.operator import KOPF_ERROR_BACKOFFS, JitteredBackoffs, configure
+from tollgate.runtime.operator import KOPF_ERROR_BACKOFF, KOPF_ERROR_RETRIES, JitteredBackoffs, configure
 
 
 @pytest.fixture
@@ -27,10 +27,11 @@ def test_a_watch_is_given_up_by_the_client_a_little_after_the_server_ends_a_heal
     assert (settings.networking.request_timeout, settings.networking.connect_timeout) == (7, 3)
 
 
-def test_retry_pauses_are_drawn_anew_each_time_within_half_and_all_of_kopfs() -> None:
-    backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFFS)
+def test_retry_pauses_are_drawn_anew_each_time_within_half_and_all_of_their_ceiling() -> None:
+    backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFF, KOPF_ERROR_RETRIES)
+    ceilings = [KOPF_ERROR_BACKOFF.ceiling(attempt) for attempt in range(KOPF_ERROR_RETRIES)]
     draws = [list(backoffs) for _ in range(20)]
-    assert len(backoffs) == len(KOPF_ERROR_BACKOFFS)
+    assert len(backoffs) == KOPF_ERROR_RETRIES
     for draw in draws:
-        assert all(nominal / 2 <= pause <= nominal for pause, nominal in zip(draw, KOPF_ERROR_BACKOFFS, strict=True))
+        assert all(ceiling / 2 <= pause <= ceiling for pause, ceiling in zip(draw, ceilings, strict=True))
     assert len({tuple(draw) for draw in draws}) == len(draws), "jittered, not the same pauses every time"

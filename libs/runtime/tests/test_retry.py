@@ -8,7 +8,7 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from tollgate.runtime.optimistic import Backoff
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.retry import Stopped, is_transient, until_done
 
 QUICK = Backoff(base=0.001, cap=0.002)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
 
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.kube import api_client, timeouts
 from tollgate.runtime.leader import LeaderElector, LeaseConfig
 from tollgate.runtime.service import ServiceContext
@@ -31,7 +31,7 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
     limits = timeouts()
     settings.networking.request_timeout = limits.request
     settings.networking.connect_timeout = limits.connect
-    settings.networking.error_backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFFS)
+    settings.networking.error_backoffs = JitteredBackoffs(KOPF_ERROR_BACKOFF, KOPF_ERROR_RETRIES)
     # kopf's watch requests: a half-open connection sends nothing and reports nothing, so a watch must be given
     # up on by the client. The server ends a healthy one at server_timeout; the client gives up a little later
     # (client_timeout bounds the whole request), or after inactivity_timeout without any event (the API server
@@ -47,23 +47,25 @@ def configure(settings: kopf.OperatorSettings, service: str) -> None:
 
 # kopf's own defaults, each pause with jitter: the retries of many operators that lost the API server at once
 # (a restart) must not come back in lockstep.
-KOPF_ERROR_BACKOFFS = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
+# kopf retries a failed API request this many times, pausing as KOPF_ERROR_BACKOFF says before each retry.
+KOPF_ERROR_RETRIES = 8
+KOPF_ERROR_BACKOFF = Backoff(base=1.0, cap=21.0, jitter=0.5)
 # kopf sleeps this plain number between two watch streams that ended in an error: it takes no jitter.
 WATCH_RECONNECT_SECONDS = 1.0
 
 
 class JitteredBackoffs:
-    """Retry pauses for kopf's `networking.error_backoffs`: each time kopf iterates it (once per request), every
-    pause is drawn anew between half and all of its nominal value."""
+    """Retry pauses for kopf's `networking.error_backoffs`: each time kopf iterates it (once per request), the
+    pauses are drawn anew from `backoff`."""
 
-    def __init__(self, pauses: Sequence[float]) -> None:
-        self.pauses = tuple(pauses)
+    def __init__(self, backoff: Backoff, retries: int) -> None:
+        self.backoff, self.retries = backoff, retries
 
     def __len__(self) -> int:  # kopf numbers its attempts "#n/total" for a sized sequence
-        return len(self.pauses)
+        return self.retries
 
     def __iter__(self) -> Iterator[float]:
-        return (pause * random.uniform(0.5, 1.0) for pause in self.pauses)
+        return (self.backoff.pause(attempt) for attempt in range(self.retries))
 
 
 async def run_operator(

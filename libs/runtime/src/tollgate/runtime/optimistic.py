@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from tollgate.runtime.backoff import Backoff as Backoff  # the type of `backoff` below, for callers
+from tollgate.runtime.backoff import Backoff
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -12,7 +12,7 @@ from typing import TypeVar
 import urllib3
 from kubernetes import client
 
-from tollgate.runtime.optimistic import Backoff
+from tollgate.runtime.backoff import Backoff
 
 log = logging.getLogger("tollgate.runtime.retry")
 T = TypeVar("T")

@@ -27,7 +27,8 @@ from tollgate.models.epic import (
     RemoteEndpoint,
     TunnelIDBlock,
 )
-from tollgate.runtime.optimistic import Backoff, UpdateResult, update_optimistically
+from tollgate.runtime.backoff import Backoff
+from tollgate.runtime.optimistic import UpdateResult, update_optimistically
 
 log = logging.getLogger("tollgate.allocator.tunnels")
 ATTEMPTS = 200

@@ -30,9 +30,7 @@ def _path(*parts: str) -> str:
 
 class Kube:
     def __init__(self, kubeconfig: Path | None, threads: int = 32) -> None:
-        configuration = api_client(kubeconfig).configuration
-        configuration.connection_pool_maxsize = threads
-        self.api = client.ApiClient(configuration)
+        self.api = api_client(kubeconfig, pool_size=threads)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
 
     def close(self) -> None:
@@ -49,7 +47,7 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*params, _request_timeout=30)
+        response = self.api.call_api(*params)
         response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status < 300:
             raise client.ApiException(http_resp=response)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.kube import is_conflict, is_not_found, timeouts
 from tollgate.webhook.cache import Store
 from tollgate.webhook.kinds import Kind
@@ -25,15 +25,8 @@ from tollgate.webhook.registration import Registration
 log = logging.getLogger("tollgate.webhook.k8s")
 
 RELIST_SECONDS = 600.0
-FIRST_BACKOFF_SECONDS = 0.5
-MAX_BACKOFF_SECONDS = 30.0
-
-
-def backoff(failures: int) -> float:
-    """The pause after `failures` failures in a row: doubling up to a cap, then between half and all of it, so
-    that informers which lost the API server together do not come back together."""
-    ceiling = min(FIRST_BACKOFF_SECONDS * 2.0 ** min(failures, 16), MAX_BACKOFF_SECONDS)
-    return ceiling * random.uniform(0.5, 1.0)
+# Informers that lost the API server together must not come back together: jittered, doubling to 30 s.
+WATCH_BACKOFF = Backoff(base=0.5, cap=30.0, jitter=0.5)
 
 
 class Informer:
@@ -127,13 +120,13 @@ class Informer:
             except client.ApiException as error:
                 if error.status != 410:
                     log.warning("watch failed", extra={"kind": self.kind.name, "status": error.status})
-                    self.stop.wait(backoff(failures))
+                    self.stop.wait(WATCH_BACKOFF.pause(failures))
                     failures += 1
             except RuntimeError:  # the event loop closed: the service is stopping
                 return
             except Exception as error:  # the connection dropped or hung; list again after a pause
                 log.warning("watch failed", extra={"kind": self.kind.name, "error": f"{type(error).__name__}: {error}"})
-                self.stop.wait(backoff(failures))
+                self.stop.wait(WATCH_BACKOFF.pause(failures))
                 failures += 1
 
 
