@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tollgate.testing.kubelet.status import backoff
+from tollgate.runtime.backoff import Backoff
 
 
 @dataclass
@@ -21,6 +21,6 @@ class CrashLoop:
         twice the longest delay."""
         if ran >= 2 * self.cap:
             self.crashes = 0
-        pause = backoff(self.crashes, self.base, self.cap)
+        pause = Backoff(self.base, self.cap, jitter=0).pause(self.crashes)
         self.crashes += 1
         return pause

@@ -17,12 +17,15 @@ from typing import Any
 from kubernetes import client
 
 from tollgate.models.servicemesh import VirtualServiceStatus
+from tollgate.runtime.backoff import Backoff
+from tollgate.runtime.retry import is_transient
 from tollgate.xds import ir
 from tollgate.xds.k8s import Kube
 from tollgate.xds.server import XdsServer
 from tollgate.xds.status import EnvoyView, replica_report, virtual_service_status
 
 log = logging.getLogger("tollgate.xds.reporter")
+RETRY_BACKOFF = Backoff(base=0.5, cap=30.0, jitter=0.5)
 Key = tuple[str, str]
 
 
@@ -53,6 +56,7 @@ class StatusReporter:
 
     async def run(self, stop: asyncio.Event) -> None:
         stopping = asyncio.ensure_future(stop.wait())
+        failures = 0
         try:
             while not stop.is_set():
                 dirty = asyncio.ensure_future(self.server.status_dirty.wait())
@@ -60,11 +64,16 @@ class StatusReporter:
                 dirty.cancel()
                 if stop.is_set():
                     return
-                await asyncio.sleep(self.interval)
+                pause = self.interval if not failures else RETRY_BACKOFF.pause(failures)
+                await asyncio.wait({stopping}, timeout=pause)
                 self.server.status_dirty.clear()
                 try:
                     await self.report()
-                except client.ApiException as error:
+                    failures = 0
+                except Exception as error:
+                    if not (isinstance(error, client.ApiException) or is_transient(error)):
+                        raise
+                    failures += 1
                     log.warning("status pass failed, retrying: %s", error)
                     self.server.status_dirty.set()
         finally:

@@ -24,6 +24,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from tollgate.models.base import now_rfc3339
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.kube import event_body, object_reference
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.kubelet.container import LaunchPlan
@@ -35,7 +36,6 @@ from tollgate.testing.kubelet.spec import ContainerConfigError, env_references, 
 from tollgate.testing.kubelet.stages import is_kubelet_pod
 from tollgate.testing.kubelet.status import (
     ContainerView,
-    backoff,
     pod_status,
     should_restart,
     terminated,
@@ -187,7 +187,7 @@ class ContainerRunner:
             except OSError as error:  # unshare or the log file
                 log.error("cannot start %s: %s", where, error)
                 self._update(state=waiting("RunContainerError", str(error)))
-                await self._sleep(backoff(self._crashes, **self.worker.backoff))
+                await self._sleep(self.worker.backoff.pause(self._crashes))
                 self._crashes += 1
                 continue
             if self._stopping.is_set():  # stop() came while it was being spawned
@@ -211,8 +211,8 @@ class ContainerRunner:
                 return
             # Like the kubelet, forget earlier crashes once a run lasted twice the longest back-off.
             ran = time.monotonic() - started
-            self._crashes = 0 if ran >= 2 * self.worker.backoff["cap"] else self._crashes
-            delay = backoff(self._crashes, **self.worker.backoff)
+            self._crashes = 0 if ran >= 2 * self.worker.backoff.cap else self._crashes
+            delay = self.worker.backoff.pause(self._crashes)
             self._crashes += 1
             name = self.container["name"]
             message = f"back-off {delay:g}s restarting failed container={name} pod={_where(self.worker.pod)}"
@@ -303,7 +303,8 @@ class PodWorker:
         self._tokens: dict[TokenSource, tuple[str, float]] = {}
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
-        self.backoff = {"base": node.settings.restart_backoff_base, "cap": node.settings.restart_backoff_max}
+        # CrashLoopBackOff: base, doubled for each crash in a row, at most cap; no jitter, as the kubelet's.
+        self.backoff = Backoff(node.settings.restart_backoff_base, node.settings.restart_backoff_max, jitter=0)
         self.task = asyncio.create_task(self._run(), name=f"pod {_where(pod)}")
         self._reporter = asyncio.create_task(self._report(), name=f"status {_where(pod)}")
 

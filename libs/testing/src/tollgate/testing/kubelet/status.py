@@ -7,11 +7,6 @@ from dataclasses import dataclass, field
 from tollgate.testing.pods import JSON, condition
 
 
-def backoff(restarts: int, base: float, cap: float) -> float:
-    """Seconds before restart number `restarts` + 1: base, doubled each time, at most cap (CrashLoopBackOff)."""
-    return float(min(cap, base * 2**restarts))
-
-
 def should_restart(policy: str, exit_code: int) -> bool:
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
