@@ -9,7 +9,7 @@ import urllib3
 from kubernetes import client
 
 from tollgate.runtime.backoff import Backoff
-from tollgate.runtime.retry import Stopped, is_transient, until_done
+from tollgate.runtime.retry import Stopped, is_api_failure, is_transient, until_done
 
 QUICK = Backoff(base=0.001, cap=0.002)
 
@@ -22,6 +22,8 @@ def test_transient_failures_are_the_network_and_server_trouble_not_answers() -> 
     assert not is_transient(client.ApiException(status=403))
     assert not is_transient(client.ApiException(status=409))
     assert not is_transient(ValueError("bad input"))
+    assert is_api_failure(client.ApiException(status=403)) and is_api_failure(ConnectionResetError())
+    assert not is_api_failure(KeyError("status"))
 
 
 async def test_a_call_is_repeated_until_it_succeeds() -> None:

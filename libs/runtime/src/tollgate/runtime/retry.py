@@ -30,6 +30,11 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, (urllib3.exceptions.HTTPError, OSError))
 
 
+def is_api_failure(error: BaseException) -> bool:
+    """The API server's answer or the network's trouble: what a call to the API server may raise at any time."""
+    return isinstance(error, client.ApiException) or is_transient(error)
+
+
 async def until_done(
     call: Callable[[], Awaitable[T]], what: str, stop: asyncio.Event, backoff: Backoff = STARTUP_BACKOFF
 ) -> T:

@@ -20,6 +20,7 @@ from kubernetes import client
 from tollgate.models.base import CustomResource, now_rfc3339
 from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference, own_pod_reference
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
+from tollgate.runtime.retry import is_api_failure
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -247,8 +248,10 @@ class Kube:
         body = event_body(object_reference(obj), type_, reason, message, FIELD_MANAGER, meta["namespace"])
         try:
             await self._call(self.core.create_namespaced_event, meta["namespace"], body)
-        except client.ApiException as error:  # an Event is a courtesy: losing one must not fail the decision
-            log.warning("cannot post Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error.reason)
+        except Exception as error:  # an Event is a courtesy: losing one must not fail the decision
+            if not is_api_failure(error):
+                raise
+            log.warning("cannot post Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error)
 
     async def bearer_token(self, namespace: str, name: str) -> str:
         """The token of the API Secret, created with a random token when it does not exist yet."""

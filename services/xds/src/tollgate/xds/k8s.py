@@ -11,6 +11,7 @@ from kubernetes import client
 
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
 from tollgate.runtime.kube import event_body, is_not_found, object_reference
+from tollgate.runtime.retry import is_api_failure
 
 log = logging.getLogger("tollgate.xds.k8s")
 COMPONENT = "tollgate-xds"
@@ -48,7 +49,9 @@ class Kube:
             # The client serializes a plain dict body as it does its own model.
             event = cast(client.CoreV1Event, body)
             await asyncio.to_thread(self.core.create_namespaced_event, namespace, event)
-        except client.ApiException as error:
+        except Exception as error:
+            if not is_api_failure(error):
+                raise
             log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
 
 

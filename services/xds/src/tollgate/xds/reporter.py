@@ -14,11 +14,9 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from kubernetes import client
-
 from tollgate.models.servicemesh import VirtualServiceStatus
 from tollgate.runtime.backoff import Backoff
-from tollgate.runtime.retry import is_transient
+from tollgate.runtime.retry import is_api_failure
 from tollgate.xds import ir
 from tollgate.xds.k8s import Kube
 from tollgate.xds.server import XdsServer
@@ -71,7 +69,7 @@ class StatusReporter:
                     await self.report()
                     failures = 0
                 except Exception as error:
-                    if not (isinstance(error, client.ApiException) or is_transient(error)):
+                    if not is_api_failure(error):
                         raise
                     failures += 1
                     log.warning("status pass failed, retrying: %s", error)
