@@ -446,6 +446,42 @@ async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     assert other["spec"]["service-id"] == 1, "the other account is untouched"
 
 
+async def test_deleting_an_account_keeps_a_namespace_tollgate_did_not_create(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """The user made the namespace (kubectl, not epicctl) and keeps their own things in it: deleting the Account
+    removes tollgate's objects and leaves the namespace and the rest."""
+    name = f"own-{uuid.uuid4().hex[:6]}"
+    namespace = f"epic-{name}"
+    accounts.append(name)
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("create", "configmap", "theirs", "-n", namespace, "--from-literal=keep=me")
+    account = {"kind": "Account", "metadata": {"name": name, "namespace": namespace}, "spec": {}}
+    group = {"kind": "LBServiceGroup", "metadata": {"name": "web", "namespace": namespace},
+             "spec": {"envoy-replica-count": 0}}  # fmt: skip
+    for document in ({"apiVersion": f"{GROUP}/{VERSION}", **account}, {"apiVersion": f"{GROUP}/{VERSION}", **group},
+                     load_balancer("one", name)):  # fmt: skip
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(document))
+    wait_for(lambda: get(custom, "loadbalancers", namespace, "one")["spec"].get("service-id"), "a service ID")
+
+    cluster.kubectl("delete", "account", name, "-n", namespace, "--wait=false")
+
+    def kept() -> str | None:
+        listed = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        return next((e.message for e in listed if e.reason == "UserNamespaceKept"), None)
+
+    message = wait_for(kept, "the account to say it kept the namespace", timeout=30)
+    assert message == f"kept the user namespace {namespace}: tollgate did not create it; its objects are gone"
+    assert core.read_namespace(namespace).status.phase == "Active"
+    assert core.read_namespaced_config_map("theirs", namespace).data == {"keep": "me"}
+    remaining = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "loadbalancers")["items"]
+    assert remaining == [], "the account's load balancer went with it"
+
+
 async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,

@@ -27,6 +27,7 @@ from kubernetes import client
 from tollgate.models.base import condition_status, parse_rfc3339
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
+    NAMESPACE_CREATED_FOR,
     USER_NAMESPACE_LABEL,
     Account,
     AccountSpec,
@@ -195,7 +196,8 @@ class EPICClient:
         namespace = account_namespace(name)
         labels = {USER_NAMESPACE_LABEL: "true", ACCOUNT_LABEL: name}
         try:
-            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=labels)))
+            metadata = client.V1ObjectMeta(name=namespace, labels=labels, annotations={NAMESPACE_CREATED_FOR: name})
+            self.core.create_namespace(client.V1Namespace(metadata=metadata))
         except client.ApiException as error:
             if error.status == 409:
                 raise CommandError(f"user namespace {namespace} already exists") from None

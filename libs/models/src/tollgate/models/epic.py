@@ -20,6 +20,9 @@ SINGLETON_NAME = "epic"
 PRODUCT_NAME = "epic"
 USER_NAMESPACE_LABEL = "epic.acnodal.io/user-namespace"
 ACCOUNT_LABEL = "epic.acnodal.io/account"
+# On a user namespace that tollgate created (epicctl create user-namespace), the account it was made for: only such
+# a namespace goes with its Account; one a user made keeps everything tollgate did not create.
+NAMESPACE_CREATED_FOR = "tollgate.io/created-for-account"
 LOAD_BALANCER_LABEL = "epic.acnodal.io/load-balancer"
 GWPROXY_LABEL = "epic.acnodal.io/gwproxy"
 DEFAULT_PROXY_LIMIT = 20

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
+from tollgate.models.epic import NAMESPACE_CREATED_FOR
 from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference, own_pod_reference
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
 from tollgate.runtime.retry import is_api_failure
@@ -185,6 +186,16 @@ class Kube:
                 raise
             if labels:
                 await self._call(self.core.patch_namespace, name, {"metadata": {"labels": labels}})
+
+    async def namespace_created_for(self, name: str) -> str | None:
+        """The account a namespace was created for by tollgate (its NAMESPACE_CREATED_FOR annotation), if any."""
+        try:
+            namespace = await self._call(self.core.read_namespace, name)
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        return (namespace.metadata.annotations or {}).get(NAMESPACE_CREATED_FOR)
 
     async def delete_namespace(self, name: str) -> None:
         try:

@@ -153,8 +153,13 @@ class Reconciler:
                     lambda s: _ready(s, False, "CleanupPending", message, meta.get("generation")),
                 )
                 raise kopf.TemporaryError(message, delay=CLEANUP_RETRY_SECONDS)
-            await self.kube.delete_namespace(namespace)
-            await self.kube.event(account, "UserNamespaceDeleted", f"deleted the user namespace {namespace}")
+            if await self.kube.namespace_created_for(namespace) == name:
+                await self.kube.delete_namespace(namespace)
+                await self.kube.event(account, "UserNamespaceDeleted", f"deleted the user namespace {namespace}")
+            else:
+                message = f"kept the user namespace {namespace}: tollgate did not create it; its objects are gone"
+                log.info(message)
+                await self.kube.event(account, "UserNamespaceKept", message)
 
     # load balancers
 
