@@ -482,6 +482,29 @@ async def test_deleting_an_account_keeps_a_namespace_tollgate_did_not_create(
     assert remaining == [], "the account's load balancer went with it"
 
 
+async def test_a_load_balancer_whose_name_cannot_be_a_label_says_so_instead_of_retrying(
+    cluster: EmbeddedCluster,
+    apps: client.AppsV1Api,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """The webhook refuses such a name; one created while it was down (here: no webhook) gets a condition."""
+    account = user_account(cluster, {"envoy-replica-count": 1})
+    accounts.append(account)
+    name = "l" * 70
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer(name, account)))
+
+    async def parked() -> dict[str, Any] | None:
+        state = condition(get(custom, "loadbalancers", f"epic-{account}", name), "Ready")
+        return state if state and state["reason"] == "NameTooLong" else None
+
+    state = await eventually(parked, "the load balancer to say its name is too long", timeout=30)
+    assert state["status"] == "False"
+    assert state["message"].startswith("metadata.name: 70 characters; a load balancer's name labels its Envoy pods")
+    assert apps.list_namespaced_deployment(f"epic-{account}").items == []
+
+
 async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,

@@ -144,3 +144,12 @@ def test_endpoints_no_public_port_reaches_are_named_in_endpoints_matched() -> No
     assert (matched, reason) == (False, "EndpointMatchesNoPort")
     assert message.startswith("no public port reaches RemoteEndpoint d (127.77.0.1:53/TCP), e (127.77.0.1:8443/TCP):")
     assert "80/TCP -> 8080, 443/TCP -> https, 53/UDP -> 53" in message
+
+
+def test_a_name_longer_than_a_label_value_is_named_with_the_rule() -> None:
+    assert proxy.name_not_a_label({"kind": "LoadBalancer", "metadata": {"name": "a" * 63}}) is None
+    message = proxy.name_not_a_label({"kind": "GWProxy", "metadata": {"name": "a" * 64}})
+    assert message == (
+        "metadata.name: 64 characters; a GWProxy's name labels its Envoy pods and must have at most 63: "
+        "no Envoy proxy is made for it"
+    )

@@ -30,6 +30,7 @@ ENDPOINTS_MATCHED = "EndpointsMatched"
 
 
 # The label that ties Envoy pods to their object, by the object's kind.
+MAX_LABEL_VALUE = 63
 OWNER_LABELS = {"LoadBalancer": LOAD_BALANCER_LABEL, "GWProxy": GWPROXY_LABEL}
 
 
@@ -160,6 +161,18 @@ def proxy_readiness(deployment_obj: JSON | None) -> tuple[bool, str, str]:
 
 
 Verdict = tuple[bool, str, str]  # (ok, reason, message) of a condition
+
+
+def name_not_a_label(obj: JSON) -> str | None:
+    """Why the object's name cannot label its Envoy pods (a label value has at most 63 characters), or None."""
+    name = obj["metadata"]["name"]
+    if len(name) <= MAX_LABEL_VALUE:
+        return None
+    kind = "load balancer" if obj["kind"] == "LoadBalancer" else obj["kind"]
+    return (
+        f"metadata.name: {len(name)} characters; a {kind}'s name labels its Envoy pods and must have at most "
+        f"{MAX_LABEL_VALUE}: no Envoy proxy is made for it"
+    )
 
 
 def set_conditions(status: ProxyStatus, generation: int | None, allocated: Verdict, proxy_ready: Verdict) -> None:

@@ -285,6 +285,10 @@ class Reconciler:
 
     async def _proxy(self, lb: JSON, account: str) -> tuple[bool, str, str]:
         meta, spec = lb["metadata"], proxy_spec(lb)
+        too_long = proxy.name_not_a_label(lb)
+        if too_long is not None:  # the webhook refuses such a name; one created while it was down stops here
+            await self.kube.event(lb, "NameTooLong", too_long, warning=True)
+            return False, "NameTooLong", too_long
         group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
         if group_obj is None:
             message = f"spec.service-group: no LBServiceGroup {spec.service_group!r} in namespace {meta['namespace']}"
