@@ -97,3 +97,20 @@ async def test_bad_input_is_invalid_argument_naming_the_field(tls_server: tuple[
                 await call
             assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert (raised.value.details() or "").startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (client.ApiException(status=422, reason="Unprocessable Entity"), grpc.StatusCode.INVALID_ARGUMENT),
+        (client.ApiException(status=404, reason="Not Found"), grpc.StatusCode.NOT_FOUND),
+        (client.ApiException(status=409, reason="Conflict"), grpc.StatusCode.ABORTED),
+        (client.ApiException(status=403, reason="Forbidden"), grpc.StatusCode.INTERNAL),
+        (client.ApiException(status=429, reason="Too Many Requests"), grpc.StatusCode.UNAVAILABLE),
+        (client.ApiException(status=503, reason="Service Unavailable"), grpc.StatusCode.UNAVAILABLE),
+        (ConnectionRefusedError(), grpc.StatusCode.UNAVAILABLE),
+        (KeyError("spec"), grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_only_passing_trouble_is_unavailable_which_agents_retry(error: Exception, code: grpc.StatusCode) -> None:
+    assert server.status_of(error)[0] is code

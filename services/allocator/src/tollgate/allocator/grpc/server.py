@@ -43,6 +43,33 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 
+# The API server's 4xx answers to the allocator's writes, as the caller should read them (403 and others are the
+# allocator's own misconfiguration: INTERNAL).
+API_ANSWERS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ABORTED,
+}
+
+
+def status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status a caller gets for `error`. UNAVAILABLE, which agents retry, only for what passes: the API
+    server unreachable, overloaded or failing (429, 5xx); its other answers are final for this request."""
+    code = next((c for kind, c in ERRORS if isinstance(error, kind)), None)
+    if code is not None:
+        return code, str(error)
+    if isinstance(error, client.ApiException):
+        status = int(error.status or 0)
+        answered = f"the Kubernetes API answered {status} {error.reason}"
+        if status == 429 or status >= 500:
+            return grpc.StatusCode.UNAVAILABLE, answered
+        return API_ANSWERS.get(status, grpc.StatusCode.INTERNAL), answered
+    if isinstance(error, (urllib3.exceptions.HTTPError, OSError)):
+        return grpc.StatusCode.UNAVAILABLE, f"the Kubernetes API could not be reached: {error}"
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+
+
 class Token:
     """The bearer token callers must present; replaced in place when the Secret changes."""
 
@@ -96,19 +123,11 @@ class AllocatorService(pb_grpc.AllocatorServicer):
             try:
                 return await work()
             except Exception as error:
-                code = next((c for kind, c in ERRORS if isinstance(error, kind)), None)
-                if code is None and isinstance(error, client.ApiException):
-                    code = grpc.StatusCode.UNAVAILABLE
-                    message = f"the Kubernetes API answered {error.status} {error.reason}"
-                elif code is None and isinstance(error, (urllib3.exceptions.HTTPError, OSError)):
-                    code = grpc.StatusCode.UNAVAILABLE
-                    message = f"the Kubernetes API could not be reached: {error}"
-                    log.warning("%s: %s", name, message)
-                else:
-                    message = str(error)
-                if code is None:
+                code, message = status_of(error)
+                if code is grpc.StatusCode.INTERNAL:
                     log.exception("%s failed", name)
-                    code, message = grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+                elif code is grpc.StatusCode.UNAVAILABLE:
+                    log.warning("%s: %s", name, message)
                 span.set_attribute("rpc.grpc.status_code", code.value[0])
                 await context.abort(code, message)
                 raise  # unreachable: abort raises
