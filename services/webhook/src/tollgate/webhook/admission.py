@@ -186,10 +186,12 @@ def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
     obj = _object(request)
     if request.operation not in ("CREATE", "UPDATE") or obj is None:
         return Decision(allowed=True)
+    if _being_deleted_or_unchanged(request, obj):
+        # No defaults either: they would turn a finalizer removal into a spec change (of an object stored before
+        # the webhook or a default existed), which validation then holds up like any other.
+        return Decision(allowed=True)
     resource, violations = parse(kind.model, obj)
     if resource is None:
-        if _being_deleted_or_unchanged(request, obj):
-            return Decision(allowed=True)
         return _denial(kind, obj, violations)
     return Decision(allowed=True, patch=default_patch(obj, resource))
 
