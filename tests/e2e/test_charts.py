@@ -10,7 +10,7 @@ import yaml
 
 from tollgate.models import ALL_KINDS
 from tollgate.testing.cluster import EmbeddedCluster
-from tollgate.testing.rbac import NAMESPACE, chart_dir, release_namespaces, render_chart
+from tollgate.testing.rbac import NAMESPACE, chart_dir, default_replicas, release_namespaces, render_chart
 from tollgate.testing.tools import repo_root, tool
 
 SERVICES = ["allocator", "xds", "routedip", "jobs", "webhook"]
@@ -59,7 +59,7 @@ def test_rendered_chart_passes_server_side_dry_run(
     objects = render_chart(service, values=values)
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "Service", "ServiceAccount"} <= kinds
-    assert ("PodDisruptionBudget" in kinds) == (values.get("replicaCount", 1) > 1)
+    assert ("PodDisruptionBudget" in kinds) == (values.get("replicaCount", default_replicas(service)) > 1)
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -117,6 +117,22 @@ def test_webhook_chart_generates_a_ca_and_registers_every_kind() -> None:
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
             assert hook["clientConfig"]["service"]["name"] == "tollgate-webhook"
             assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
+
+
+def test_webhook_chart_runs_two_replicas_preferring_different_nodes_with_a_disruption_budget() -> None:
+    """The API server calls the webhook for every write of a tollgate kind: one replica drained refuses them all."""
+    objects = render_chart("webhook")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    budget = next(o for o in objects if o["kind"] == "PodDisruptionBudget")
+    assert deployment["spec"]["replicas"] == 2
+    assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    (term,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": deployment["spec"]["selector"],
+    }
 
 
 def test_webhook_chart_uses_cert_manager_when_it_is_served() -> None:

@@ -23,7 +23,7 @@ import yaml
 
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho, udp_request
-from tollgate.testing.rbac import release_namespaces
+from tollgate.testing.rbac import default_replicas, release_namespaces
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root, tool, tools_bin
 from tollgate.testing.wait import eventually, wait_for
@@ -116,8 +116,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 def wait_all_ready(deployment: Deployment, timeout: float = 240) -> None:
     for service in SERVICES:
         wait_for(
-            lambda service=service: deployment.ready_pods(service),  # type: ignore[misc]
-            f"a Ready pod of the {service} chart\n{deployment.logs()}",
+            lambda service=service: len(deployment.ready_pods(service)) == default_replicas(service),  # type: ignore[misc]
+            f"the {default_replicas(service)} Ready pods of the {service} chart\n{deployment.logs()}",
             timeout=timeout,
             interval=1,
         )
@@ -128,10 +128,12 @@ def test_make_deploy_installs_every_chart_and_every_pod_becomes_ready(deployment
     assert result.returncode == 0, result.stdout + result.stderr
     wait_all_ready(deployment)
     for service in SERVICES:
-        (pod,) = deployment.ready_pods(service)
-        assert pod["spec"]["serviceAccountName"] == f"tollgate-{service}"
-        statuses = pod["status"]["containerStatuses"]
-        assert [s["ready"] for s in statuses] == [True], statuses
+        for pod in deployment.ready_pods(service):
+            assert pod["spec"]["serviceAccountName"] == f"tollgate-{service}"
+            statuses = pod["status"]["containerStatuses"]
+            assert [s["ready"] for s in statuses] == [True], statuses
+    # The webhook's two replicas prefer different nodes: with three nodes free, they get them.
+    assert len({pod["spec"]["nodeName"] for pod in deployment.ready_pods("webhook")}) == 2
     crds = json.loads(deployment.kubectl("get", "crd", "-o", "json").stdout)["items"]
     assert len(crds) == len(list((ROOT / "crds").glob("*.yaml")))
 
@@ -151,8 +153,8 @@ def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(dep
     assert message in result.stderr
 
     def webhook_denial() -> dict[str, Any] | None:
-        (log,) = [p for p in deployment.pod_logs() if "_tollgate-webhook-" in p.name]
-        lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        logs = [p for p in deployment.pod_logs() if "_tollgate-webhook-" in p.name]  # either replica may answer
+        lines = [json.loads(line) for log in logs for line in log.read_text().splitlines() if line.startswith("{")]
         return next((line for line in lines if line.get("outcome") == "denied" and line.get("reason") == message), None)
 
     denial = wait_for(webhook_denial, "the chart-installed webhook's pod to log the denial")

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from tollgate.models import ALL_KINDS, ClusterRoutedIPClass, kind_for
+from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -393,6 +394,31 @@ def cases(ns: str, label: str) -> list[Case]:
             defaulting(
                 "LoadBalancer", "spec.public-ports[0].protocol: Input should be 'TCP', 'UDP' or 'SCTP' (got \"ICMP\")"
             ),
+        ),
+        Case(
+            "lb: a name too long for the label the allocator puts it in",
+            _lb(ns, "l" * 64),
+            denied("LoadBalancer", "metadata.name: 64 characters, above the 63 of a label value"),
+        ),
+        Case(
+            "lb: a public port on the Envoy admin port",
+            _lb(ns, spec={ports: [{"port": ADMIN_PORT}]}),
+            denied("LoadBalancer", f"spec.public-ports[0].port: TCP port {ADMIN_PORT} is the Envoy admin port"),
+        ),
+        Case(
+            "gwproxy: a name too long for the label the allocator puts it in",
+            _with(_gwp(ns, {}), "metadata.name", "g" * 64),
+            denied("GWProxy", "metadata.name: 64 characters, above the 63 of a label value"),
+        ),
+        Case(
+            "gwproxy: a gateway listener on the Envoy admin port",
+            _gwp(ns, {"gateway": _gw_listeners(("admin", ADMIN_PORT, "HTTP"))}),
+            denied("GWProxy", f"spec.gateway.listeners[0].port: TCP port {ADMIN_PORT} is the Envoy admin port"),
+        ),
+        Case(
+            "vs: a cluster named like the bootstrap's xDS cluster",
+            _vs(ns, _with(_listener("xds", 4010), "udp.cluster.name", XDS_CLUSTER)),
+            denied("VirtualService", f"spec.listeners[0].udp.cluster.name: {XDS_CLUSTER!r} is reserved"),
         ),
         Case(
             "gwproxy-missing-group",
@@ -845,6 +871,36 @@ def _dry_run_in_epic(webhook: Webhook, document: Obj, namespace: str) -> Obj:
         info.group, info.version, namespace, info.plural, name, replacement, dry_run="All"
     )
     return cast(Obj, stored)
+
+
+# ---- what kubectl shows for what would break an Envoy or the allocator's labels ----
+
+
+def test_kubectl_shows_why_an_admin_port_listener_and_a_too_long_load_balancer_name_are_refused(
+    webhook: Webhook, cluster: EmbeddedCluster, namespace: str
+) -> None:
+    webhook.create(_group(namespace))
+    admin = _vs(namespace, _listener("admin", ADMIN_PORT, "tcp"))
+    long_name = _lb(namespace, "l" * 64)
+    for obj, message in (
+        (
+            admin,
+            f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's "
+            f"bootstrap binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})",
+        ),
+        (
+            long_name,
+            "metadata.name: 64 characters, above the 63 of a label value: the LoadBalancer's Envoy Deployment and "
+            "pods carry its name in the label epic.acnodal.io/load-balancer",
+        ),
+    ):
+        result = cluster.kubectl("create", "-f", "-", stdin=json.dumps(webhook.labelled(obj)), check=False)
+        assert result.returncode != 0, result.stdout
+        # kubectl words the webhook's denial (its details name the kind and object) as it words schema errors.
+        assert f'The {obj["kind"]} "{obj["metadata"]["name"]}" is invalid: {message}' in result.stderr
+        assert webhook.get(obj["kind"], obj["metadata"]["name"], namespace) is None
+    udp = _vs(namespace, _listener("udp-admin", ADMIN_PORT))  # the admin server is TCP only: UDP may have the port
+    assert cluster.kubectl("create", "-f", "-", stdin=json.dumps(webhook.labelled(udp))).returncode == 0
 
 
 # ---- a stopped webhook fails requests, it never lets them through ----

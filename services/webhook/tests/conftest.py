@@ -205,14 +205,19 @@ def server(bundle_dir: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., RunningServer]]:
-    """`start_server(cert_dir, reload_seconds=..., tracer_provider=...)`: a server of the test's own, stopped
-    afterwards."""
+    """`start_server(cert_dir, reload_seconds=..., tracer_provider=..., store=...)`: a server of the test's own
+    (by default over an empty, listed cache), stopped afterwards."""
     started: list[RunningServer] = []
 
     def start(
-        cert_dir: Path, reload_seconds: float = 1.0, tracer_provider: TracerProvider | None = None
+        cert_dir: Path,
+        reload_seconds: float = 1.0,
+        tracer_provider: TracerProvider | None = None,
+        store: Store | None = None,
     ) -> RunningServer:
-        running = RunningServer(cert_dir, fill(), Limits(), reload_seconds, tracer_provider).start()
+        running = RunningServer(
+            cert_dir, store if store is not None else fill(), Limits(), reload_seconds, tracer_provider
+        ).start()
         started.append(running)
         return running
 

@@ -165,3 +165,14 @@ def test_defaulting_never_refuses_a_metadata_only_update(make_review: MakeReview
     finalized = json.loads(json.dumps(stored))
     finalized["metadata"]["finalizers"] = ["tollgate.io/finalizer"]
     assert mutate(GOOP, parse_review(body(make_review(finalized, "UPDATE", stored)))).allowed
+
+
+def test_a_metadata_only_update_gets_no_defaults(make_review: MakeReview, sample: Sample) -> None:
+    """An object stored before the webhook (or a default) existed: removing its finalizer must not change its spec,
+    or validation would hold the removal up like a spec change (waiting for the cache, refusing it)."""
+    stored = {"apiVersion": "goop.example.com/v1alpha1", "kind": "Goop", "metadata": {"name": "g"}}
+    stored["spec"] = {"cmd": "echo hi"}
+    finalized = json.loads(json.dumps(stored))
+    finalized["metadata"]["finalizers"] = []
+    decision = mutate(GOOP, parse_review(body(make_review(finalized, "UPDATE", stored))))
+    assert (decision.allowed, decision.patch) == (True, [])

@@ -121,10 +121,13 @@ def test_random_objects_are_defaulted_and_judged_without_a_crash(
             continue
         raise AssertionError(f"{operation_['path']} exists and would be replaced")
     patched = jsonpatch.apply_patch(obj, defaulting.patch)
-    assert defaults(kind.model, patched) == []
+    metadata_only = operation == "UPDATE" and old is not None and old.get("spec") == obj.get("spec")
+    if metadata_only:  # no defaults: they would make a finalizer removal a spec change
+        assert defaulting.patch == []
+    else:
+        assert defaults(kind.model, patched) == []
     decision = review(kind, parse_review(admission(patched, kind, operation, old)), filled(cached), Limits())
     answer = json.loads(json.dumps(decision.response("u")))
-    metadata_only = operation == "UPDATE" and old is not None and old.get("spec") == patched.get("spec")
     if answer["response"]["allowed"]:
         if not metadata_only:  # a metadata-only update is never refused, whatever the stored spec holds
             metadata = patched["metadata"] if isinstance(patched.get("metadata"), dict) else {}  # as reviewed

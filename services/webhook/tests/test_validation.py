@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from tollgate.models import Goop, LoadBalancer
+from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.models.epic import GWPROXY_LABEL, LOAD_BALANCER_LABEL
 from tollgate.webhook.validation import Limits, validate
 
 Obj = dict[str, Any]
@@ -786,3 +788,61 @@ def test_a_port_conflict_names_three_objects_and_counts_the_rest(check: Check) -
     violations = check(virtual_service("new", listener("new", 2001), selector={}), *existing)
     assert len(violations) == 4
     assert violations[-1] == "spec.listeners[0].udp.port: UDP port 2001 is taken by 2 more VirtualServices"
+
+
+# ---- what would break every Envoy: its admin port, its xDS cluster's name ----
+
+
+def test_a_tcp_listener_on_the_envoy_admin_port_is_refused(check: Check) -> None:
+    vs = virtual_service("vs", listener("admin", ADMIN_PORT, "tcp"), listener("udp-admin", ADMIN_PORT))
+    assert check(vs) == [
+        f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's bootstrap "
+        f"binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})"
+    ]
+
+
+@pytest.mark.parametrize("field", ["name", "cluster"])
+def test_a_listener_or_cluster_named_like_the_xds_cluster_is_refused(check: Check, field: str) -> None:
+    vs = virtual_service(
+        "vs", listener(XDS_CLUSTER, 1000) if field == "name" else listener("l", 1000, cluster=XDS_CLUSTER)
+    )
+    path = "spec.listeners[0].name" if field == "name" else "spec.listeners[0].udp.cluster.name"
+    assert check(vs) == [
+        f"{path}: {XDS_CLUSTER!r} is reserved: it names the xDS cluster of every Envoy's bootstrap, through which the "
+        "Envoy gets its configuration"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["LoadBalancer", "GWProxy"])
+def test_a_public_port_on_the_envoy_admin_port_is_refused(check: Check, sample: Sample, group: Obj, kind: str) -> None:
+    proxy = sample(kind)
+    proxy["spec"]["public-ports"] = [{"port": ADMIN_PORT, "protocol": "TCP"}, {"port": ADMIN_PORT, "protocol": "UDP"}]
+    assert check(proxy, group) == [
+        f"spec.public-ports[0].port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's bootstrap "
+        f"binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})"
+    ]
+
+
+def test_a_gateway_listener_on_the_admin_port_or_named_like_the_xds_cluster_is_refused(
+    check: Check, sample: Sample, group: Obj
+) -> None:
+    proxy = sample("GWProxy")
+    proxy["spec"]["gateway"]["listeners"] = [{"name": XDS_CLUSTER, "port": ADMIN_PORT, "protocol": "HTTP"}]
+    assert [violation.partition(":")[0] for violation in check(proxy, group)] == [
+        "spec.gateway.listeners[0].name",
+        "spec.gateway.listeners[0].port",
+    ]
+
+
+# ---- names the allocator puts in label values ----
+
+
+@pytest.mark.parametrize(("kind", "label"), [("LoadBalancer", LOAD_BALANCER_LABEL), ("GWProxy", GWPROXY_LABEL)])
+def test_a_proxy_name_longer_than_a_label_value_is_refused(
+    check: Check, sample: Sample, group: Obj, kind: str, label: str
+) -> None:
+    assert check(named(sample(kind), "a" * 63), group) == []
+    assert check(named(sample(kind), "a" * 64), group) == [
+        f"metadata.name: 64 characters, above the 63 of a label value: the {kind}'s Envoy Deployment and pods carry "
+        f"its name in the label {label}"
+    ]

@@ -30,6 +30,11 @@ def chart_dir(service: str) -> Path:
     return repo_root() / "deploy" / "charts" / f"tollgate-{service}"
 
 
+def default_replicas(service: str) -> int:
+    """The replicaCount of the service's chart's values.yaml."""
+    return int(yaml.safe_load((chart_dir(service) / "values.yaml").read_text())["replicaCount"])
+
+
 def render_chart(
     service: str, namespace: str | None = None, values: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:

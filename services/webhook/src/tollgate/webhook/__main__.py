@@ -17,7 +17,7 @@ from pydantic_settings import SettingsConfigDict
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
-from tollgate.webhook.api.app import Admitter, create_app
+from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
 from tollgate.webhook.certs import CERT_FILE, KEY_FILE, ReloadingContext
@@ -45,6 +45,12 @@ class Settings(ServiceSettings):
         lt=TIMEOUT_SECONDS,
         description="How long a review waits for the cache to see an object it references before refusing.",
     )
+    max_request_bytes: int = Field(
+        default=MAX_REQUEST_BYTES,
+        ge=64 * 1024,
+        description="Largest request body read; a larger one gets a 413 before it is parsed (4 MiB holds the "
+        "review of an update of the largest object etcd stores, 1.5 MiB, twice).",
+    )
     label_selector: str | None = Field(
         default=None,
         description="Cache only objects with these labels (match the configurations' objectSelector).",
@@ -63,7 +69,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),
     )
-    server = AdmissionServer(create_app(admitter), settings.host, settings.port, tls)
+    server = AdmissionServer(
+        create_app(admitter, max_request_bytes=settings.max_request_bytes), settings.host, settings.port, tls
+    )
     context.health.add_readiness_check("https", lambda: server.started or "not serving yet")
     stop_informers = start_informers(
         api_client(settings.kubeconfig),

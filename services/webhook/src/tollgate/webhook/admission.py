@@ -1,7 +1,8 @@
 """AdmissionReview v1 in and out: parse a request body, decide, and build the response. Pure.
 
-A body that is not an AdmissionReview v1 is a `BadReview` (HTTP 400 with the reason); anything that is one
-gets an AdmissionReview back, allowed or denied with a reason, never an error status.
+A body that is not an AdmissionReview v1 is a `BadReview` (HTTP 400 with the reason), a body nested deeper
+than MAX_DEPTH among them; anything that is one gets an AdmissionReview back, allowed or denied with a reason,
+never an error status.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from tollgate.webhook.kinds import Kind
 from tollgate.webhook.validation import Limits, View, Violation, field_path, parse, validate
 
 API_VERSION = "admission.k8s.io/v1"
+# The deepest nesting of a review body taken: the object sits 3 levels down, tollgate's kinds nest about 10 more
+# (managedFields mirrors that), so 100 leaves room while keeping every recursive walk far below Python's limit.
+MAX_DEPTH = 100
 
 
 class BadReview(ValueError):
@@ -57,6 +61,10 @@ def parse_review(body: bytes) -> AdmissionRequest:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
         raise BadReview(f"the body is not JSON: {error}") from None
+    except RecursionError:
+        raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels") from None
+    if _depth(document) > MAX_DEPTH:
+        raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels")
     if not isinstance(document, dict):
         raise BadReview(f"the body is a JSON {type(document).__name__}, not an AdmissionReview object")
     try:
@@ -67,6 +75,21 @@ def parse_review(body: bytes) -> AdmissionRequest:
             for detail in error.errors(include_url=False, include_context=False)
         )
         raise BadReview(f"not an AdmissionReview {API_VERSION}: {problems}") from None
+
+
+def _depth(document: Any) -> int:
+    """How deep arrays and objects nest in `document` (a scalar is 0), without recursion."""
+    deepest, level = 0, [(document, 1)]
+    while level:
+        value, depth = level.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return deepest
+        level.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 @dataclass
@@ -163,16 +186,19 @@ def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
     obj = _object(request)
     if request.operation not in ("CREATE", "UPDATE") or obj is None:
         return Decision(allowed=True)
+    if _being_deleted_or_unchanged(request, obj):
+        # No defaults either: they would turn a finalizer removal into a spec change (of an object stored before
+        # the webhook or a default existed), which validation then holds up like any other.
+        return Decision(allowed=True)
     resource, violations = parse(kind.model, obj)
     if resource is None:
-        if _being_deleted_or_unchanged(request, obj):
-            return Decision(allowed=True)
         return _denial(kind, obj, violations)
     return Decision(allowed=True, patch=default_patch(obj, resource))
 
 
-def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) -> Decision:
-    """Validation: allowed, or denied with every violation (so nothing is half-applied)."""
+def without_cache(kind: Kind, request: AdmissionRequest) -> Decision | None:
+    """The validation decision that needs no other object (a wrong path, a DELETE, a metadata-only update, no
+    object), or None when the rules must read the cache: answered before any wait for the cache."""
     if mismatch := _mismatch(kind, request):
         return mismatch
     obj = _object(request)
@@ -182,6 +208,15 @@ def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) ->
         return refuse(f"request.object is missing from a {request.operation} request")
     if _being_deleted_or_unchanged(request, obj):
         return Decision(allowed=True)
+    return None
+
+
+def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) -> Decision:
+    """Validation: allowed, or denied with every violation (so nothing is half-applied)."""
+    if (decision := without_cache(kind, request)) is not None:
+        return decision
+    obj = _object(request)
+    assert obj is not None  # without_cache answered a request without one
     metadata = obj["metadata"]
     violations = validate(
         kind.model,

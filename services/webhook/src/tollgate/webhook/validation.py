@@ -32,7 +32,10 @@ from tollgate.models import (
     ServicePrefix,
     VirtualService,
 )
+from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.models.epic import (
+    GWPROXY_LABEL,
+    LOAD_BALANCER_LABEL,
     SINGLETON_NAME,
     SYSTEM_NAMESPACE,
     AccountSpec,
@@ -56,6 +59,12 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 # An HTTP field name (RFC 9110 token).
 HEADER_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 THIS_NETWORK = IPv4Network("0.0.0.0/8")
+MAX_LABEL_VALUE = 63
+# The TCP ports every Envoy's bootstrap takes before xDS adds a listener (its admin server): a listener there
+# fails to bind, and Envoy rejects the whole listener update it came in.
+RESERVED_TCP_PORTS = {ADMIN_PORT: "the Envoy admin port"}
+# The label the allocator puts a proxy object's name in, on its Envoy Deployment, pods and ConfigMap.
+NAME_LABELS = {"LoadBalancer": LOAD_BALANCER_LABEL, "GWProxy": GWPROXY_LABEL}
 
 
 @dataclass(frozen=True)
@@ -253,6 +262,33 @@ def _label_violations(labels: Mapping[str, str], field: str) -> Iterator[Violati
             )
 
 
+def _reserved_port(protocol: str, port: int, field: str) -> Iterator[Violation]:
+    if protocol == "TCP" and port in RESERVED_TCP_PORTS:
+        yield Violation(
+            field,
+            f"TCP port {port} is {RESERVED_TCP_PORTS[port]}, which every Envoy's bootstrap binds: a listener there "
+            f"cannot bind (reserved TCP ports: {', '.join(map(str, sorted(RESERVED_TCP_PORTS)))})",
+        )
+
+
+def _reserved_name(name: str, field: str) -> Iterator[Violation]:
+    if name == XDS_CLUSTER:
+        yield Violation(
+            field,
+            f"{name!r} is reserved: it names the xDS cluster of every Envoy's bootstrap, through which the Envoy "
+            "gets its configuration",
+        )
+
+
+def _name_as_label(kind: str, name: str) -> Iterator[Violation]:
+    if len(name) > MAX_LABEL_VALUE:
+        yield Violation(
+            "metadata.name",
+            f"{len(name)} characters, above the {MAX_LABEL_VALUE} of a label value: the {kind}'s Envoy Deployment "
+            f"and pods carry its name in the label {NAME_LABELS[kind]}",
+        )
+
+
 # ---- the rules, kind by kind ----
 
 
@@ -289,6 +325,7 @@ def _account(resource: Account, review: Review) -> Iterator[Violation]:
 
 def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violation]:
     spec = resource.spec
+    yield from _name_as_label(resource.resource.kind, review.name)
     if spec.public_address is not None:
         yield from _unicast(spec.public_address, "spec.public-address")
         for model in (LoadBalancer, GWProxy):
@@ -303,6 +340,7 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
     names: dict[str, int] = {}
     for index, port in enumerate(spec.public_ports):
         field = f"spec.public-ports[{index}]"
+        yield from _reserved_port(port.protocol, port.port, f"{field}.port")
         first = pairs.setdefault((port.port, port.protocol), index)
         if first != index:
             yield Violation(
@@ -349,6 +387,8 @@ def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
     for index, listener in enumerate(gateway.listeners):
         field = f"spec.gateway.listeners[{index}]"
         yield from _unique_within(names, listener.name, f"{field}.name", "listener")
+        yield from _reserved_name(listener.name, f"{field}.name")
+        yield from _reserved_port("TCP", listener.port, f"{field}.port")
         first = ports.setdefault(listener.port, field)
         if first != field:
             yield Violation(
@@ -524,6 +564,9 @@ def _virtual_service(resource: VirtualService, review: Review) -> Iterator[Viola
         cluster = listener.port_listener.cluster
         yield from _unique_within(listeners, listener.name, f"{base}.name", "listener")
         yield from _unique_within(clusters, cluster.name, f"{block}.cluster.name", "cluster")
+        yield from _reserved_name(listener.name, f"{base}.name")
+        yield from _reserved_name(cluster.name, f"{block}.cluster.name")
+        yield from _reserved_port(protocol, port, f"{block}.port")
         endpoints: dict[str, str] = {}
         for number, endpoint in enumerate(cluster.endpoints):
             yield from _unique_within(endpoints, endpoint.name, f"{block}.cluster.endpoints[{number}].name", "endpoint")

@@ -1,7 +1,8 @@
 """FastAPI routes: `POST /mutate/<group>/<version>/<plural>` and `POST /validate/...`, one pair per kind.
 
-Routes stay thin: read the body, let admission.py decide, send the AdmissionReview back. A body that is not
-an AdmissionReview gets a 400 with the reason; an unknown path a 404 listing the known ones.
+Routes stay thin: read the body, let admission.py decide, send the AdmissionReview back. A body over the size
+limit gets a 413 before it is read further or parsed; one that is not an AdmissionReview a 400 with the reason;
+an unknown path a 404 listing the known ones.
 """
 
 from __future__ import annotations
@@ -17,12 +18,24 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException
 
-from tollgate.webhook.admission import AdmissionRequest, BadReview, Decision, mutate, parse_review, review
+from tollgate.webhook.admission import (
+    AdmissionRequest,
+    BadReview,
+    Decision,
+    mutate,
+    parse_review,
+    review,
+    without_cache,
+)
 from tollgate.webhook.cache import Store
 from tollgate.webhook.kinds import KINDS, OPERATIONS, Kind, Operation
 from tollgate.webhook.validation import Limits
 
 log = logging.getLogger("tollgate.webhook.api")
+
+# The API server stores an object of at most 1.5 MiB (etcd's default request limit) and a review of an update
+# carries two (object and oldObject), re-encoded as JSON: 4 MiB admits the largest real review with room to spare.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
@@ -64,6 +77,8 @@ class Admitter:
         return True
 
     async def _validate(self, kind: Kind, request: AdmissionRequest) -> Decision:
+        if (decision := without_cache(kind, request)) is not None:  # a finalizer removal never waits on the cache
+            return decision
         deadline = time.monotonic() + self.pending_wait_seconds
         while self.store.unsynced():  # a cross-object check on a half-listed cache would let duplicates through
             if not await self._until_changed(deadline):
@@ -119,10 +134,28 @@ class Admitter:
         return status, answer
 
 
-def create_app(admitter: Admitter, tracer_provider: TracerProvider | None = None) -> FastAPI:
+async def _capped_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to be over `limit` bytes: by its Content-Length before reading
+    any of it, else (chunked) once more than `limit` bytes have arrived."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(
+    admitter: Admitter, tracer_provider: TracerProvider | None = None, max_request_bytes: int = MAX_REQUEST_BYTES
+) -> FastAPI:
     """One path per kind and operation: `/{operation}/{group}/{version}/{plural}` (two routes look them up).
 
-    Request spans go to `tracer_provider`, by default the global one.
+    Request spans go to `tracer_provider`, by default the global one. A body over `max_request_bytes` gets a 413.
     """
     # FastAPI's request span stays; its HTTP metrics repeat tollgate_webhook_admission_seconds, and its operation
     # spans (routing, body, serialization) cost more CPU than the review they would describe.
@@ -142,13 +175,30 @@ def create_app(admitter: Admitter, tracer_provider: TracerProvider | None = None
             404, {"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound", "message": message}
         )
 
+    def too_large(request: Request) -> Response:
+        message = (
+            f"the body is over {max_request_bytes} bytes, the most this webhook reads "
+            "(setting TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES)"
+        )
+        log.warning(
+            "request body too large",
+            extra={"path": request.url.path, "content_length": request.headers.get("content-length")},
+        )
+        return _json(
+            413,
+            {"kind": "Status", "status": "Failure", "code": 413, "reason": "RequestEntityTooLarge", "message": message},
+        )
+
     def route(operation: Operation) -> Any:
         async def admit(request: Request) -> Response:
             params = request.path_params
             kind = kinds.get((params["group"], params["version"], params["plural"]))
             if kind is None:
                 return unknown(request.url.path)
-            status, answer = await admitter.handle(kind, operation, await request.body())
+            body = await _capped_body(request, max_request_bytes)
+            if body is None:
+                return too_large(request)
+            status, answer = await admitter.handle(kind, operation, body)
             return _json(status, answer)
 
         admit.__name__ = operation
