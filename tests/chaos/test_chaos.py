@@ -1,0 +1,211 @@
+"""The chaos suite: faults injected, one after another, into ONE running system (tests/chaos/conftest.py), each
+followed by the checks a user would make, timed. Every check waits for its condition within a generous bound and
+is recorded in the table printed at the end of the run (fault | what was checked | recovered in | lost); a check
+that does not recover in time, or anything lost, fails its row.
+
+The rows run in file order and share the system: each leaves it converged for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+import pytest
+
+from tollgate.allocator.grpc.client import AllocatorClient
+from tollgate.models.epic import GROUP as EPIC_GROUP
+from tollgate.models.epic import VERSION as EPIC_VERSION
+from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, TABLE, System
+from tollgate.testing.wait import eventually
+from tollgate.testing.xds import admin, answer, apply_vs, udp_virtual_service
+
+T = TypeVar("T")
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+FREEZE_SECONDS = 45
+BOUND = 90  # seconds a check may take to recover: generous; the waits end as soon as the condition holds
+GOOP_GROUP, GOOP_VERSION, GOOPS = "goop.example.com", "v1alpha1", "goops"
+ROUTED_IP = "203.0.113.50"
+SECOND_ROUTED_IP = "203.0.113.51"
+CONTESTED_IP = "203.0.113.52"
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def as_coroutine(probe: Callable[[], T]) -> Callable[[], Awaitable[T]]:
+    async def run() -> T:
+        return probe()
+
+    return run
+
+
+# ----- what a user looks at -----
+def create_goop(system: System, name: str, jobs: int = 1) -> None:
+    body = {"apiVersion": f"{GOOP_GROUP}/{GOOP_VERSION}", "kind": "Goop", "metadata": {"name": name},
+            "spec": {"cmd": "echo hello", "jobCount": jobs}}  # fmt: skip
+    system.custom.create_namespaced_custom_object(GOOP_GROUP, GOOP_VERSION, NAMESPACE, GOOPS, body)
+
+
+def goop_completed(system: System, name: str) -> bool:
+    goop = cast(
+        dict[str, Any], system.custom.get_namespaced_custom_object(GOOP_GROUP, GOOP_VERSION, NAMESPACE, GOOPS, name)
+    )
+    return (goop.get("status") or {}).get("phase") == "Completed"
+
+
+def virtual_service(system: System, name: str, port: int) -> None:
+    apply_vs(system.custom, NAMESPACE, udp_virtual_service(name, f"{name}-l", port, f"{name}-c", system.echo_target))
+
+
+async def listeners(system: System) -> set[str]:
+    """The active dynamic listeners of the Envoy (a removed one drains a while)."""
+    dump = await admin(system.envoy_ip, "/config_dump?resource=dynamic_listeners")
+    return {c["name"] for c in dump.get("configs", []) if "active_state" in c}
+
+
+def listener(name: str) -> str:
+    return f"{NAMESPACE}/{name}/{name}-l"
+
+
+async def serves(system: System, port: int) -> bool:
+    """One datagram to the Envoy's port comes back from the echo server behind it."""
+    try:
+        return await answer(system.envoy_ip, port) == "echo"
+    except (TimeoutError, ConnectionError):
+        return False
+
+
+def droplet(node: str) -> int:
+    return 400000 + int(node.rsplit("-", 1)[1])
+
+
+def routed_ip(system: System, name: str, ip: str) -> None:
+    """A RoutedIP of `ip` (a reserved IP DigitalOcean knows) for the Service web."""
+    system.fake.reserved_ips.setdefault(ip, None)
+    body = {
+        "apiVersion": f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}",
+        "kind": "RoutedIP",
+        "metadata": {"name": name},
+        "spec": {"className": DO_CLASS, "routedIP": ip, "serviceRef": {"serviceName": "web", "namespace": NAMESPACE}},
+    }
+    system.custom.create_namespaced_custom_object(ROUTEDIP_GROUP, ROUTEDIP_VERSION, NAMESPACE, "routedips", body)
+
+
+def routed_status(system: System, name: str) -> dict[str, Any]:
+    obj = system.custom.get_namespaced_custom_object(ROUTEDIP_GROUP, ROUTEDIP_VERSION, NAMESPACE, "routedips", name)
+    return dict(cast(dict[str, Any], obj).get("status") or {})
+
+
+def ready_reason(status: dict[str, Any]) -> tuple[str | None, str | None]:
+    ready: dict[str, str] = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+    return ready.get("status"), ready.get("reason")
+
+
+def placed(system: System, name: str, ip: str, avoid: str | None = None) -> str | None:
+    """The node holding the RoutedIP once it is Ready there, not moving, and DigitalOcean agrees."""
+    status = routed_status(system, name)
+    node = status.get("assignedNode")
+    if not node or node == avoid or status.get("targetNode") or ready_reason(status)[0] != "True":
+        return None
+    return str(node) if system.fake.reserved_ips.get(ip) == droplet(node) else None
+
+
+def do_actions(system: System, ip: str) -> list[tuple[str, int | None]]:
+    return [(a.type, a.droplet) for a in list(system.fake.actions.values()) if a.ip == ip]
+
+
+async def register(system: System, address: str, node: str, timeout: float = 5) -> int | None:
+    """The tunnel ID the allocator answers a registration with; None when the call failed in a retryable way."""
+    async with AllocatorClient(f"127.0.0.1:{system.allocator_port}", system.allocator_token) as api:
+        try:
+            response = await api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            if error.code() not in RETRYABLE:
+                raise
+            return None
+    return int(response.tunnel.tunnel_id)
+
+
+def held_tunnels(system: System) -> dict[str, int]:
+    """Node address -> tunnel ID, as the load balancer's status records them."""
+    lb = system.custom.get_namespaced_custom_object(
+        EPIC_GROUP, EPIC_VERSION, f"epic-{system.account}", "loadbalancers", "lb"
+    )
+    entries = (cast(dict[str, Any], lb).get("status") or {}).get("gue-tunnel-endpoints") or {}
+    return {node: int(entry["tunnel-id"]) for node, entry in entries.items()}
+
+
+def tunnels_lost(system: System, returned: dict[str, int]) -> list[str]:
+    """What a registration lost: a node whose recorded tunnel is not the one it was given, an ID held twice."""
+    held = held_tunnels(system)
+    lost = [
+        f"node {node} was given {tid} but holds {held.get(node)}"
+        for node, tid in returned.items()
+        if held.get(node) != tid
+    ]
+    lost += [f"tunnel ID {tid} held by {count} nodes" for tid, count in Counter(held.values()).items() if count > 1]
+    return lost
+
+
+# ----- the rows -----
+async def test_kube_apiserver_frozen_for_45_s(system: System) -> None:
+    """SIGSTOP of the real kube-apiserver for 45 s, then SIGCONT: every service converges again by itself."""
+    fault = f"kube-apiserver SIGSTOP {FREEZE_SECONDS} s, SIGCONT"
+    routed_ip(system, "web", ROUTED_IP)
+    virtual_service(system, "steady", 3100)
+    node = await eventually(as_coroutine(lambda: placed(system, "web", ROUTED_IP)), "RoutedIP web placed", BOUND)
+    await eventually(lambda: serves(system, 3100), "the VirtualService steady served", BOUND)
+    actions_before = do_actions(system, ROUTED_IP)
+
+    pid = system.cluster.pids()["kube-apiserver"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(FREEZE_SECONDS)  # the fault itself, not a wait for a condition
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    thawed = time.monotonic()
+    await TABLE.recover(
+        fault, "the API server answers /readyz", lambda: asyncio.to_thread(system.cluster.is_ready), thawed, BOUND
+    )
+    create_goop(system, "after-the-freeze")
+    virtual_service(system, "thawed", 3101)
+    await asyncio.gather(
+        TABLE.recover(
+            fault,
+            "a new Goop's Jobs get pods and the Goop completes",
+            lambda: goop_completed(system, "after-the-freeze"),
+            thawed,
+            BOUND,
+        ),
+        TABLE.recover(
+            fault,
+            "a VirtualService created after the thaw is served by a real Envoy",
+            lambda: serves(system, 3101),
+            thawed,
+            BOUND,
+        ),
+        TABLE.recover(
+            fault,
+            "the allocator registers an endpoint",
+            lambda: register(system, "10.60.0.1", "10.60.0.100"),
+            thawed,
+            BOUND,
+        ),
+    )
+    lost = [] if placed(system, "web", ROUTED_IP) == node else [f"RoutedIP web left {node}"]
+    lost += [] if await serves(system, 3100) else ["the VirtualService served before the freeze"]
+    if do_actions(system, ROUTED_IP) != actions_before:
+        lost.append(f"DigitalOcean actions during the freeze: {do_actions(system, ROUTED_IP)[len(actions_before) :]}")
+    TABLE.lost(
+        fault,
+        "what ran before: the RoutedIP on its node (no new provider action), the old VirtualService",
+        thawed,
+        lost,
+    )
