@@ -22,9 +22,10 @@ import pytest
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP as EPIC_GROUP
 from tollgate.models.epic import VERSION as EPIC_VERSION
-from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, TABLE, System
+from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, SERVICES, TABLE, System
+from tollgate.testing.faultproxy import Mode
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import admin, answer, apply_vs, udp_virtual_service
+from tollgate.testing.xds import GROUP, PLURAL, VERSION, admin, answer, apply_vs, udp_virtual_service
 
 T = TypeVar("T")
 
@@ -36,6 +37,7 @@ GOOP_GROUP, GOOP_VERSION, GOOPS = "goop.example.com", "v1alpha1", "goops"
 ROUTED_IP = "203.0.113.50"
 SECOND_ROUTED_IP = "203.0.113.51"
 CONTESTED_IP = "203.0.113.52"
+REGISTRATIONS = 40
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -209,3 +211,122 @@ async def test_kube_apiserver_frozen_for_45_s(system: System) -> None:
         thawed,
         lost,
     )
+
+
+async def test_api_connections_half_open_while_the_cluster_changes(system: System) -> None:
+    """Every service's connections to the API server hang (FREEZE_OPEN: as after a NAT lost its state) while a
+    VirtualService is deleted, the node holding the routed IP goes NotReady and a Goop is created: each service
+    gives its hung connections up by itself and acts on what changed meanwhile."""
+    fault = "every service's API connections half-open"
+    virtual_service(system, "doomed", 3102)
+    await eventually(lambda: serves(system, 3102), "the VirtualService doomed served", BOUND)
+    holder = await eventually(as_coroutine(lambda: placed(system, "web", ROUTED_IP)), "RoutedIP web placed", BOUND)
+    for proxy in system.proxies.values():
+        proxy.set_mode(Mode.FREEZE_OPEN)
+    frozen = time.monotonic()
+    try:
+        system.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "doomed")
+        await asyncio.to_thread(system.nodes.hold_not_ready, holder)
+        create_goop(system, "half-open")
+
+        async def doomed_gone() -> bool:
+            return listener("doomed") not in await listeners(system)
+
+        moved = await asyncio.gather(
+            TABLE.recover(
+                fault, "a VirtualService deleted meanwhile leaves Envoy's config", doomed_gone, frozen, BOUND
+            ),
+            TABLE.recover(
+                fault,
+                f"a node gone NotReady meanwhile loses the routed IP (DigitalOcean moves it off {holder})",
+                lambda: placed(system, "web", ROUTED_IP, avoid=holder),
+                frozen,
+                BOUND,
+            ),
+            TABLE.recover(
+                fault, "a Goop created meanwhile completes", lambda: goop_completed(system, "half-open"), frozen, BOUND
+            ),
+        )
+        lost = [] if await serves(system, 3100) else ["the VirtualService steady"]
+        lost += [] if placed(system, "web", ROUTED_IP) == moved[1] else ["the routed IP's new place"]
+        TABLE.lost(fault, "what ran before: the other VirtualService, one holder of the routed IP", frozen, lost)
+    finally:
+        for proxy in system.proxies.values():
+            proxy.set_mode(Mode.PASS)
+        await asyncio.to_thread(system.nodes.restore)
+
+
+async def test_each_service_sigkilled_and_started_again(system: System) -> None:
+    """SIGKILL of each service in turn; what a user changed while it was down is done once the test (as a kubelet
+    would) has started it again, and what it had done before is kept."""
+    for name in SERVICES:
+        fault = f"SIGKILL of {name}, started again"
+        service = system.services[name]
+        service.kill()
+        killed = time.monotonic()
+        if name == "xds":
+            virtual_service(system, "while-xds-down", 3103)
+            serving = await serves(system, 3100)
+            await asyncio.to_thread(system.restart, name)
+            await TABLE.recover(
+                fault,
+                "a VirtualService created while it was down is served",
+                lambda: serves(system, 3103),
+                killed,
+                BOUND,
+            )
+
+            async def intact() -> bool:
+                return {listener("steady"), listener("thawed")} <= await listeners(system) and await serves(
+                    system, 3100
+                )
+
+            await TABLE.recover(fault, "Envoy's config re-served intact", intact, killed, BOUND)
+            TABLE.lost(
+                fault, "Envoy kept serving while xds was down", killed, [] if serving else ["traffic while down"]
+            )
+        elif name == "jobs":
+            create_goop(system, "while-jobs-down", jobs=2)
+            await asyncio.to_thread(system.restart, name)
+            await TABLE.recover(
+                fault,
+                "a Goop created while it was down completes",
+                lambda: goop_completed(system, "while-jobs-down"),
+                killed,
+                BOUND,
+            )
+        elif name == "routedip":
+            node = placed(system, "web", ROUTED_IP)
+            before = do_actions(system, ROUTED_IP)
+            routed_ip(system, "web-2", SECOND_ROUTED_IP)
+            await asyncio.to_thread(system.restart, name)
+            await TABLE.recover(
+                fault,
+                "a RoutedIP created while it was down is placed",
+                lambda: placed(system, "web-2", SECOND_ROUTED_IP),
+                killed,
+                BOUND,
+            )
+            lost = [] if placed(system, "web", ROUTED_IP) == node else [f"RoutedIP web left {node}"]
+            lost += (
+                [f"new actions on a placed IP: {do_actions(system, ROUTED_IP)[len(before) :]}"]
+                if do_actions(system, ROUTED_IP) != before
+                else []
+            )
+            TABLE.lost(fault, "a placed RoutedIP stays assigned once on DigitalOcean", killed, lost)
+        else:
+            held = held_tunnels(system)
+            await asyncio.to_thread(system.restart, name)
+            got = await TABLE.recover(
+                fault,
+                "a new registration gets a tunnel ID",
+                lambda: register(system, "10.61.0.1", "10.61.0.100"),
+                killed,
+                BOUND,
+            )
+            TABLE.lost(
+                fault,
+                "earlier tunnels kept, no ID held twice",
+                killed,
+                tunnels_lost(system, {**held, "10.61.0.100": got}),
+            )
