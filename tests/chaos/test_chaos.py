@@ -38,6 +38,7 @@ ROUTED_IP = "203.0.113.50"
 SECOND_ROUTED_IP = "203.0.113.51"
 CONTESTED_IP = "203.0.113.52"
 REGISTRATIONS = 40
+STILL_RUNNING = "every service still runs: none exited by itself"
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -211,6 +212,7 @@ async def test_kube_apiserver_frozen_for_45_s(system: System) -> None:
         thawed,
         lost,
     )
+    TABLE.lost(fault, STILL_RUNNING, thawed, system.exited())
 
 
 async def test_api_connections_half_open_while_the_cluster_changes(system: System) -> None:
@@ -228,6 +230,7 @@ async def test_api_connections_half_open_while_the_cluster_changes(system: Syste
         system.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "doomed")
         await asyncio.to_thread(system.nodes.hold_not_ready, holder)
         create_goop(system, "half-open")
+        virtual_service(system, "half-open", 3106)
 
         async def doomed_gone() -> bool:
             return listener("doomed") not in await listeners(system)
@@ -244,12 +247,16 @@ async def test_api_connections_half_open_while_the_cluster_changes(system: Syste
                 BOUND,
             ),
             TABLE.recover(
+                fault, "a VirtualService created meanwhile is served", lambda: serves(system, 3106), frozen, BOUND
+            ),
+            TABLE.recover(
                 fault, "a Goop created meanwhile completes", lambda: goop_completed(system, "half-open"), frozen, BOUND
             ),
         )
         lost = [] if await serves(system, 3100) else ["the VirtualService steady"]
         lost += [] if placed(system, "web", ROUTED_IP) == moved[1] else ["the routed IP's new place"]
         TABLE.lost(fault, "what ran before: the other VirtualService, one holder of the routed IP", frozen, lost)
+        TABLE.lost(fault, STILL_RUNNING, frozen, system.exited())
     finally:
         for proxy in system.proxies.values():
             proxy.set_mode(Mode.PASS)
@@ -330,3 +337,4 @@ async def test_each_service_sigkilled_and_started_again(system: System) -> None:
                 killed,
                 tunnels_lost(system, {**held, "10.61.0.100": got}),
             )
+        TABLE.lost(fault, STILL_RUNNING, killed, system.exited())

@@ -121,6 +121,14 @@ class System:
         self.restarts[name] = self.restarts.get(name, 0) + 1
         return service.start().wait_ready(timeout=60)
 
+    def exited(self) -> list[str]:
+        """The services that exited by themselves since they were last started (a crash the table counts)."""
+        return [
+            f"{name} exited with {service.process.returncode}"
+            for name, service in self.services.items()
+            if service.process is not None and service.process.poll() is not None
+        ]
+
     def service_logs(self) -> str:
         return "".join(
             f"\n----- logs of {name} ({s.log_path}) -----\n{s.logs()[-15000:]}" for name, s in self.services.items()

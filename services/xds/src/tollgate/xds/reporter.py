@@ -14,6 +14,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from tollgate.models.servicemesh import VirtualServiceStatus
@@ -64,7 +65,7 @@ class StatusReporter:
                 self.server.status_dirty.clear()
                 try:
                     await self.report()
-                except client.ApiException as error:
+                except (client.ApiException, urllib3.exceptions.HTTPError) as error:  # a timed-out call too
                     log.warning("status pass failed, retrying: %s", error)
                     self.server.status_dirty.set()
         finally:
