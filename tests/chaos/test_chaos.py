@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -23,9 +24,9 @@ from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP as EPIC_GROUP
 from tollgate.models.epic import VERSION as EPIC_VERSION
 from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, SERVICES, TABLE, System
-from tollgate.testing.faultproxy import Mode
+from tollgate.testing.faultproxy import Mode, break_the_network
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import GROUP, PLURAL, VERSION, admin, answer, apply_vs, udp_virtual_service
+from tollgate.testing.xds import GROUP, PLURAL, VERSION, admin, answer, apply_vs, read_vs, udp_virtual_service
 
 T = TypeVar("T")
 
@@ -338,3 +339,116 @@ async def test_each_service_sigkilled_and_started_again(system: System) -> None:
                 tunnels_lost(system, {**held, "10.61.0.100": got}),
             )
         TABLE.lost(fault, STILL_RUNNING, killed, system.exited())
+
+
+async def test_registrations_through_dropped_answers_and_a_sigkilled_allocator(system: System) -> None:
+    """Registrations of new client nodes while the allocator's API answers keep getting lost, and the allocator is
+    SIGKILLed midway and started again: every registration gets a tunnel ID, no ID is held by two nodes."""
+    fault = "allocator: API answers dropped + SIGKILL midway"
+    nodes = [(f"10.62.{index}.1", f"10.62.{index}.100") for index in range(REGISTRATIONS)]
+    returned: dict[str, int] = {}
+    gate = asyncio.Semaphore(8)
+    halfway, done = asyncio.Event(), asyncio.Event()
+
+    async def register_one(address: str, node: str) -> None:
+        async with gate:
+            returned[node] = await eventually(
+                lambda: register(system, address, node), f"a tunnel ID for {node}", BOUND, interval=0.2
+            )
+        if len(returned) >= REGISTRATIONS // 3:
+            halfway.set()
+
+    async def kill_and_restart() -> None:
+        await halfway.wait()
+        system.services["allocator"].kill()
+        await asyncio.to_thread(system.restart, "allocator")  # the network keeps breaking meanwhile
+
+    started = time.monotonic()
+    breaking = asyncio.create_task(break_the_network(system.proxies["allocator"], done, seed=16, calm=(1, 2)))
+    registering = asyncio.gather(kill_and_restart(), *(register_one(*pair) for pair in nodes))
+    try:
+        await TABLE.recover(
+            fault,
+            f"each of {REGISTRATIONS} registrations gets a tunnel ID",
+            lambda: len(returned) == len(nodes),
+            started,
+            BOUND * 2,
+        )
+        await registering
+    finally:
+        done.set()
+        rounds = await breaking
+        system.proxies["allocator"].set_mode(Mode.PASS)
+    assert rounds and system.proxies["allocator"].dropped_bytes, "the allocator lost answers"
+    await TABLE.recover(
+        fault,
+        "the load balancer's status records every node's tunnel",
+        lambda: set(returned) <= set(held_tunnels(system)),
+        started,
+        BOUND * 2,
+    )
+    TABLE.lost(
+        fault, "no tunnel ID held twice, each node holds the ID it was given", started, tunnels_lost(system, returned)
+    )
+    TABLE.lost(fault, STILL_RUNNING, started, system.exited())
+
+
+def programmed_reason(system: System, name: str) -> str | None:
+    """The reason of the VirtualService's Programmed condition, for its latest generation."""
+    obj = read_vs(system.custom, NAMESPACE, name)
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"]["generation"]:
+        return None
+    return next((str(c["reason"]) for c in status.get("conditions", []) if c["type"] == "Programmed"), None)
+
+
+async def test_a_nacked_virtual_service_does_not_hold_the_others_back(system: System) -> None:
+    """Envoy cannot bind a port another process holds: it NACKs that listener. The VirtualService says so, and
+    the others on the same Envoy keep converging."""
+    fault = "Envoy NACKs a VirtualService (port taken)"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+        squatter.bind((system.envoy_ip, 3104))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+        virtual_service(system, "nacked", 3104)
+        applied = time.monotonic()
+        await TABLE.recover(
+            fault,
+            "the NACKed one reports Programmed=False, reason Rejected",
+            lambda: programmed_reason(system, "nacked") == "Rejected",
+            applied,
+            BOUND,
+        )
+        virtual_service(system, "after-nack", 3105)
+        await TABLE.recover(
+            fault,
+            "a VirtualService applied after it is served by the same Envoy",
+            lambda: serves(system, 3105),
+            applied,
+            BOUND,
+        )
+        lost = [f"port {port}" for port in (3100, 3101, 3103) if not await serves(system, port)]
+        TABLE.lost(fault, "the others on that Envoy keep serving", applied, lost)
+        TABLE.lost(fault, STILL_RUNNING, applied, system.exited())
+    system.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "nacked")
+
+
+async def test_two_routed_ips_claim_one_ip(system: System) -> None:
+    """Two RoutedIPs of one address, created back to back (the webhook, judging from its cache, can let both in):
+    the older holds it, the newer reports the conflict, and DigitalOcean sees one assignment."""
+    fault = "two RoutedIPs claim one IP"
+    routed_ip(system, "a-first", CONTESTED_IP)
+    routed_ip(system, "b-second", CONTESTED_IP)  # named to sort second should both be created within one second
+    created = time.monotonic()
+    node = await TABLE.recover(
+        fault, "the older one holds the IP", lambda: placed(system, "a-first", CONTESTED_IP), created, BOUND
+    )
+    await TABLE.recover(
+        fault,
+        "the newer one reports Ready=False, reason Conflict",
+        lambda: ready_reason(routed_status(system, "b-second")) == ("False", "Conflict"),
+        created,
+        BOUND,
+    )
+    actions = do_actions(system, CONTESTED_IP)
+    lost = [] if actions == [("assign", droplet(node))] else [f"DigitalOcean saw {actions}"]
+    TABLE.lost(fault, "DigitalOcean sees one assignment", created, lost)
+    TABLE.lost(fault, STILL_RUNNING, created, system.exited())
