@@ -2,9 +2,9 @@
 
 The system runs on an embedded cluster of its own (the suite freezes its API server): the Envoy supervisor (real
 Envoys), and allocator, xds, routedip (DigitalOcean provider against the fake DigitalOcean API) and jobs, each
-under its chart's RBAC and through a FaultProxy of its own in front of the API server. The webhook is not run:
-it would judge the duplicate RoutedIPs of the last row from its cache, and a frozen API server is all it shares
-with the others.
+under its chart's RBAC and through a FaultProxy of its own in front of the API server. The webhook is not run
+(it needs certificates and a registration; its watch on a half-open connection is tests/e2e/test_watch_faults.py's
+subject): the second RoutedIP of one address goes straight in, as one its lagging cache lets through would.
 """
 
 from __future__ import annotations
@@ -134,13 +134,18 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         fake.add_droplets(*DROPLETS)
         proxies: dict[str, FaultProxy] = {}
         for name in SERVICES:
-            account = service_account_kubeconfig(cluster, name, directory)
-            proxies[name] = stack.enter_context(FaultProxy(*server_of(account)))
-            via = proxied_kubeconfig(account, proxies[name], directory / f"{name}-via-proxy.kubeconfig")
+            as_account = service_account_kubeconfig(cluster, name, directory)
+            proxies[name] = stack.enter_context(FaultProxy(*server_of(as_account)))
+            via = proxied_kubeconfig(as_account, proxies[name], directory / f"{name}-via-proxy.kubeconfig")
             services[name] = ServiceProcess(
                 name, via, directory / "logs", env={**_settings(name, via), **settings[name]}
             )
-        stack.callback(lambda: [service.stop() for service in services.values()])
+
+        def stop_services() -> None:
+            for service in services.values():
+                service.stop()
+
+        stack.callback(stop_services)
         for service in services.values():
             service.start()
         for service in services.values():
@@ -149,18 +154,13 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         xds = Xds(services["xds"], int(xds_env["TOLLGATE_XDS_GRPC_PORT"]), int(xds_env["TOLLGATE_XDS_API_PORT"]))
         echo_target = spare_loopback()
         await stack.enter_async_context(UDPEcho(echo_target, 1234, name="echo"))
-        built = System(
-            cluster, core, custom, directory, services, proxies, xds, fake, Nodes(cluster, core), echo_target
-        )
         envoy_pod(core, NAMESPACE, "edge", xds, {"app": "edge"}, delta=True)
-        built.envoy_ip, _ = await live_envoy(core, NAMESPACE, "edge")
-        built.allocator_port = allocator_port
+        envoy_ip, _ = await live_envoy(core, NAMESPACE, "edge")
         secret = wait_for(
             lambda: _secret(core, "tollgate-allocator-grpc-token", EPIC_NAMESPACE), "the allocator's registration token"
         )
-        built.allocator_token = base64.b64decode(secret.data["token"]).decode()
-        built.account = f"chaos-{uuid.uuid4().hex[:5]}"
-        _account(cluster, built.account)
+        account = f"chaos-{uuid.uuid4().hex[:5]}"
+        _account(cluster, account)
         body = {
             "apiVersion": f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}",
             "kind": "ClusterRoutedIPClass",
@@ -180,6 +180,19 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
                      "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
         }  # fmt: skip
         core.create_namespaced_service(NAMESPACE, web)  # type: ignore[arg-type]
+        built = System(
+            cluster,
+            custom,
+            services,
+            proxies,
+            fake,
+            Nodes(cluster, core),
+            echo_target,
+            envoy_ip,
+            allocator_port,
+            base64.b64decode(secret.data["token"]).decode(),
+            account,
+        )
         yield built
         built.nodes.restore()
 

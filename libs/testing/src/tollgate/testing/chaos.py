@@ -8,7 +8,6 @@ import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -19,7 +18,6 @@ from tollgate.testing.faultproxy import FaultProxy
 from tollgate.testing.nodes import Nodes
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import ConditionTimeoutError, eventually
-from tollgate.testing.xds import Xds
 
 NOTHING = "nothing"
 
@@ -46,7 +44,6 @@ class ChaosTable:
         probe: Callable[[], Any],
         since: float,
         bound: float,
-        ignore: tuple[type[BaseException], ...] = (),
     ) -> Any:
         """Wait until `probe` (a function or a coroutine function) returns something truthy, at most `bound`
         seconds after `since` (time.monotonic()); record the row, with the seconds from `since`, or as not
@@ -57,9 +54,7 @@ class ChaosTable:
             return await result if inspect.isawaitable(result) else result
 
         try:
-            found = await eventually(
-                awaited, check, timeout=max(since + bound - time.monotonic(), 0.5), interval=0.2, ignore=ignore
-            )
+            found = await eventually(awaited, check, timeout=max(since + bound - time.monotonic(), 0.5), interval=0.2)
         except ConditionTimeoutError:
             self.record(fault, check, None, f"not recovered within {bound:.0f} s")
             raise
@@ -98,27 +93,26 @@ SERVICES = ("xds", "jobs", "routedip", "allocator")
 
 @dataclass
 class System:
+    """The running system the chaos tests share: its cluster, services (by name), the FaultProxy in front of each
+    service's API connection, the fake DigitalOcean API, the Envoy pod `edge` and the echo server behind it, and
+    the EPIC account whose load balancer `lb` takes registrations."""
+
     cluster: EmbeddedCluster
-    core: client.CoreV1Api
     custom: client.CustomObjectsApi
-    directory: Path
     services: dict[str, ServiceProcess]
     proxies: dict[str, FaultProxy]
-    xds: Xds
     fake: FakeDigitalOcean
     nodes: Nodes
     echo_target: str
-    envoy_ip: str = ""
-    allocator_port: int = 0
-    allocator_token: str = ""
-    account: str = ""
-    restarts: dict[str, int] = field(default_factory=dict)
+    envoy_ip: str
+    allocator_port: int
+    allocator_token: str
+    account: str
 
     def restart(self, name: str) -> ServiceProcess:
         """Start a service that was killed again, as a kubelet would: same settings, same log."""
         service = self.services[name]
         service.stop()  # reaps the killed process, closes its log
-        self.restarts[name] = self.restarts.get(name, 0) + 1
         return service.start().wait_ready(timeout=60)
 
     def exited(self) -> list[str]:
