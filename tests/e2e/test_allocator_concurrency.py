@@ -7,7 +7,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import random
 import urllib.request
 import uuid
 from collections import Counter
@@ -21,7 +20,7 @@ from kubernetes import client
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP, VERSION
 from tollgate.testing.cluster import EmbeddedCluster
-from tollgate.testing.faultproxy import FaultProxy, Mode, server_of
+from tollgate.testing.faultproxy import FaultProxy, break_the_network, server_of
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
@@ -74,21 +73,6 @@ def proxies(cluster: EmbeddedCluster) -> Iterator[list[FaultProxy]]:
     """One FaultProxy in front of the API server per allocator."""
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(FaultProxy(*server_of(cluster.kubeconfig))) for _ in range(3)]
-
-
-async def break_the_network(proxy: FaultProxy, until: asyncio.Event, seed: int) -> int:
-    """Until `until` is set: let calls through for a while, then forward requests but drop the answers, then
-    cut every connection (calls waiting for a dropped answer fail: they may or may not have been applied);
-    the number of such rounds."""
-    rng, rounds = random.Random(seed), 0
-    while not until.is_set():
-        await asyncio.sleep(rng.uniform(2, 4))
-        await asyncio.to_thread(proxy.set_mode, Mode.DROP_RESPONSES)
-        await asyncio.sleep(rng.uniform(0.3, 0.8))
-        await asyncio.to_thread(proxy.set_mode, Mode.REFUSE)
-        await asyncio.to_thread(proxy.set_mode, Mode.PASS)
-        rounds += 1
-    return rounds
 
 
 @pytest.mark.timeout(600)

@@ -11,10 +11,8 @@ NotReady (it refuses any status write that would make it Ready again).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from kubernetes import client
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster, node_manifest
-from tollgate.testing.fakedo import FakeDigitalOcean
+from tollgate.testing.fakedo import FakeDigitalOcean, FakeDigitalOceanThread
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes, node_ready
 from tollgate.testing.services import ServiceProcess
@@ -413,25 +411,6 @@ def test_a_crash_midway_through_a_move_ends_with_exactly_one_holder(
     )
 
 
-class FakeDigitalOceanThread:
-    """The fake DigitalOcean API on its own event loop, so that the test's blocking waits do not stall it."""
-
-    def __init__(self) -> None:
-        self.fake = FakeDigitalOcean(token="e2e-token", action_polls=2)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-digitalocean", daemon=True)
-
-    def __enter__(self) -> FakeDigitalOcean:
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
-        return self.fake
-
-    def __exit__(self, *_: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
 @dataclass
 class DigitalOcean:
     fake: FakeDigitalOcean
@@ -453,7 +432,7 @@ def digitalocean(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[D
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=secret), data={"token": token})
     )
     try:
-        with FakeDigitalOceanThread() as fake:
+        with FakeDigitalOceanThread("e2e-token") as fake:
             fake.add_droplets(400000, 400001, 400002)
             yield DigitalOcean(fake, [{"name": secret, "namespace": SYSTEM_NAMESPACE}])
     finally:

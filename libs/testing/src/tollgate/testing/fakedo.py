@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -277,6 +278,26 @@ class FakeDigitalOcean:
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), content_type="application/json", headers=headers)
+
+
+class FakeDigitalOceanThread:
+    """The fake on its own event loop in a thread, so that a test's blocking waits do not stall it:
+    `with FakeDigitalOceanThread(token) as fake:`."""
+
+    def __init__(self, token: str, action_polls: int = 2) -> None:
+        self.fake = FakeDigitalOcean(token=token, action_polls=action_polls)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-digitalocean", daemon=True)
+
+    def __enter__(self) -> FakeDigitalOcean:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
+        return self.fake
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +145,23 @@ class FaultProxy:
                 continue
             sink.write(data)
             await sink.drain()
+
+
+async def break_the_network(
+    proxy: FaultProxy, until: asyncio.Event, seed: int, calm: tuple[float, float] = (2, 4)
+) -> int:
+    """Until `until` is set: let calls through for a while (`calm` seconds, drawn), then forward requests but drop
+    the answers, then cut every connection (calls waiting for a dropped answer fail: they may or may not have been
+    applied); the number of such rounds."""
+    rng, rounds = random.Random(seed), 0
+    while not until.is_set():
+        await asyncio.sleep(rng.uniform(*calm))
+        await asyncio.to_thread(proxy.set_mode, Mode.DROP_RESPONSES)
+        await asyncio.sleep(rng.uniform(0.3, 0.8))
+        await asyncio.to_thread(proxy.set_mode, Mode.REFUSE)
+        await asyncio.to_thread(proxy.set_mode, Mode.PASS)
+        rounds += 1
+    return rounds
 
 
 def proxied_kubeconfig(kubeconfig: Path, proxy: FaultProxy, destination: Path) -> Path:
