@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tollgate.models.routedip import Trust
 from tollgate.routedip.state import class_state, node_state, pod_state, routed_ip_state, service_state, slice_state
-from tollgate.routedip.validation import DEFAULT_TRUST, Trust, class_problems
+from tollgate.routedip.validation import DEFAULT_TRUST, class_problems
 
 JOB = {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}
 

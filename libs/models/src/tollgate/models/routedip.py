@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -191,6 +192,30 @@ def api_url_rule(url: str, allowed: Collection[str], http_hosts: Collection[str]
     return None
 
 
+@dataclass(frozen=True)
+class Trust:
+    """What a class may ask of the controller: where its API token may be sent, which ServiceAccount its Jobs run
+    as. The controller and the webhook are given the same (their settings)."""
+
+    api_urls: tuple[str, ...] = (DIGITALOCEAN_API_URL,)
+    http_hosts: frozenset[str] = frozenset()
+    job_service_account: str = JOB_SERVICE_ACCOUNT
+
+    @classmethod
+    def parse(cls, api_urls: str, http_hosts: str, job_service_account: str, setting: str) -> Trust:
+        """From comma-separated settings: every allowed URL must pass the rule (`setting` names the first)."""
+        trust = cls(
+            tuple(url.strip() for url in api_urls.split(",") if url.strip()),
+            frozenset(host.strip() for host in http_hosts.split(",") if host.strip()),
+            job_service_account,
+        )
+        for url in trust.api_urls:
+            refused = api_url_rule(url, trust.api_urls, trust.http_hosts)
+            if refused:
+                raise ValueError(f"{setting}: {refused}")
+        return trust
+
+
 def job_template_rules(template: Mapping[str, Any], service_account: str) -> Iterator[tuple[str, str]]:
     """(field path under the Job spec, rule) for each privilege a job provider template asks for: its pods run
     in the controller's namespace, so they get the chart's unprivileged ServiceAccount and nothing of the host."""
@@ -218,3 +243,14 @@ def job_template_rules(template: Mapping[str, Any], service_account: str) -> Ite
                 yield f"{path}.allowPrivilegeEscalation", "must not be true: provider Jobs run unprivileged"
             if (context.get("capabilities") or {}).get("add"):
                 yield f"{path}.capabilities.add", "must be empty: provider Jobs get no added capabilities"
+
+
+def class_trust_rules(spec: ClusterRoutedIPClassSpec, trust: Trust) -> Iterator[tuple[str, str, str]]:
+    """(reason, field, rule) for each thing a class asks beyond `trust`: the controller does not serve it."""
+    if spec.provider == "digitalocean":
+        refused = api_url_rule((spec.digitalocean or DigitalOceanSettings()).api_url, trust.api_urls, trust.http_hosts)
+        if refused:
+            yield "APIURLNotAllowed", "spec.digitalocean.apiURL", refused
+    for name, template in (("updateRoutedIP", spec.update_routed_ip), ("updateFirewall", spec.update_firewall)):
+        for path, rule in job_template_rules(template or {}, trust.job_service_account):
+            yield "PrivilegedJobTemplate", f"spec.{name}.{path}", rule

@@ -7,11 +7,10 @@ import sys
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, api_url_rule
+from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
 from tollgate.routedip.handlers import build_registry
 from tollgate.routedip.k8s import Kube
-from tollgate.routedip.validation import Trust
 from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
@@ -19,7 +18,7 @@ from tollgate.runtime.settings import ControllerSettings
 
 
 class Settings(ControllerSettings):
-    model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS", extra="ignore")
 
     service_name: str = "tollgate-routedip"
     system_namespace: str = Field(
@@ -57,19 +56,19 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     unknown = failpoints - set(FAILPOINTS)
     if unknown:
         raise ValueError(f"TOLLGATE_ROUTEDIP_FAILPOINTS: unknown failpoint(s) {sorted(unknown)}; known: {FAILPOINTS}")
-    http_hosts = frozenset(h.strip() for h in settings.digitalocean_http_hosts.split(",") if h.strip())
-    api_urls = tuple(u.strip() for u in settings.digitalocean_api_urls.split(",") if u.strip())
-    for url in api_urls:
-        refused = api_url_rule(url, api_urls, http_hosts)
-        if refused:
-            raise ValueError(f"TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS: {refused}")
+    trust = Trust.parse(
+        settings.digitalocean_api_urls,
+        settings.digitalocean_http_hosts,
+        settings.job_service_account,
+        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS",
+    )
     kube = Kube(settings.kubeconfig, threads=max(8, settings.workers * 2))
     config = ControllerConfig(
         system_namespace=settings.system_namespace,
         workers=settings.workers,
         failpoints=failpoints,
         job_wait_timeout=settings.job_wait_timeout,
-        trust=Trust(api_urls, http_hosts, settings.job_service_account),
+        trust=trust,
     )
     controller = Controller(kube, config, context.telemetry)
     try:

@@ -35,6 +35,7 @@ from tollgate.models.routedip import (
     VERSION,
     ClusterRoutedIPClassStatus,
     RoutedIPStatus,
+    Trust,
     parse_port_range,
     service_ref_rule,
 )
@@ -53,7 +54,7 @@ from tollgate.routedip.state import (
     SliceState,
     routed_ip_state,
 )
-from tollgate.routedip.validation import Trust, class_problems, trust_problems
+from tollgate.routedip.validation import class_problems, trust_problems
 from tollgate.runtime.kube import is_conflict, is_not_found
 from tollgate.runtime.telemetry import Telemetry
 from tollgate.runtime.workqueue import QueueClosed, WorkQueue

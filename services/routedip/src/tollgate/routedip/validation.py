@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from tollgate.models.routedip import (
-    DIGITALOCEAN_API_URL,
-    JOB_SERVICE_ACCOUNT,
-    ClusterRoutedIPClassSpec,
-    DigitalOceanSettings,
-    api_url_rule,
-    job_template_rules,
-)
+from tollgate.models.routedip import ClusterRoutedIPClassSpec, Trust, class_trust_rules
 from tollgate.routedip.state import ClassState
 
 # DigitalOcean allows one reserved IP per droplet.
 DIGITALOCEAN_IPS_PER_DROPLET = 1
-
-
-@dataclass(frozen=True)
-class Trust:
-    """What a class may ask of the controller: where its API token may be sent, which ServiceAccount its Jobs run as."""
-
-    api_urls: tuple[str, ...] = (DIGITALOCEAN_API_URL,)
-    http_hosts: frozenset[str] = frozenset()
-    job_service_account: str = JOB_SERVICE_ACCOUNT
 
 
 DEFAULT_TRUST = Trust()
@@ -97,14 +80,4 @@ def class_problems(
 
 def trust_problems(spec: ClusterRoutedIPClassSpec, trust: Trust) -> list[tuple[str, str]]:
     """(reason, message) for what the class asks beyond its trust: the provider refuses to act on any of them."""
-    problems: list[tuple[str, str]] = []
-    if spec.provider == "digitalocean":
-        refused = api_url_rule((spec.digitalocean or DigitalOceanSettings()).api_url, trust.api_urls, trust.http_hosts)
-        if refused:
-            problems.append(("APIURLNotAllowed", f"spec.digitalocean.apiURL: {refused}"))
-    for field, template in (("updateRoutedIP", spec.update_routed_ip), ("updateFirewall", spec.update_firewall)):
-        problems.extend(
-            ("PrivilegedJobTemplate", f"spec.{field}.{path}: {rule}")
-            for path, rule in job_template_rules(template or {}, trust.job_service_account)
-        )
-    return problems
+    return [(reason, f"{path}: {rule}") for reason, path, rule in class_trust_rules(spec, trust)]

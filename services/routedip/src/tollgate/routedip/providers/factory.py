@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import time
 
-from tollgate.models.routedip import DigitalOceanSettings
+from tollgate.models.routedip import DigitalOceanSettings, Trust
 from tollgate.routedip.k8s import Kube
 from tollgate.routedip.providers import Provider, ProviderError
 from tollgate.routedip.providers.digitalocean import DigitalOceanClient, DigitalOceanProvider
 from tollgate.routedip.providers.job import JobProvider
 from tollgate.routedip.providers.local import LocalProvider
 from tollgate.routedip.state import ClassState
-from tollgate.routedip.validation import DEFAULT_TRUST, Trust, trust_problems
+from tollgate.routedip.validation import DEFAULT_TRUST, trust_problems
 from tollgate.runtime.kube import is_not_found
 
 TOKEN_TTL = 30.0
