@@ -437,6 +437,16 @@ class DigitalOcean:
     fake: FakeDigitalOcean
     secrets: list[dict[str, str]]  # a class's fromSecretsRef: the Secret holding the fake's token
 
+    @property
+    def trust(self) -> dict[str, str]:
+        """The controller's settings that let it send the token to the fake: the fake serves plain http on
+        loopback, so its origin is allow-listed and http permitted for its host:port alone."""
+        host = self.fake.url.removeprefix("http://")
+        return {
+            "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS": self.fake.url,
+            "TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS": host,
+        }
+
     def actions(self, ip: str) -> list[tuple[str, int | None]]:
         """The reserved IP actions DigitalOcean carried out on `ip`, in order: (assign/unassign, droplet)."""
         return [(a.type, a.droplet) for a in list(self.fake.actions.values()) if a.ip == ip]
@@ -479,7 +489,7 @@ def test_the_digitalocean_provider_assigns_reserved_ips_and_opens_the_firewall(
     greedy = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings, perNodeIPLimit=2)
     node_port = make_service(core, namespace)
     fake.inject(429, method="POST", path="/actions", headers={"Retry-After": "1"})
-    controller.start()
+    controller.start(**digitalocean.trust)
     make_routed_ip(custom, namespace, class_name, ip)
     make_routed_ip(custom, namespace, greedy, "203.0.113.17", name="greedy")
 
@@ -528,7 +538,7 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
     fake.add_reserved_ip(ip)
     class_name = make_class("digitalocean", fromSecretsRef=digitalocean.secrets, digitalocean={"apiURL": fake.url})
     make_service(core, namespace)
-    controller.start()
+    controller.start(**digitalocean.trust)
 
     make_routed_ip(custom, namespace, class_name, ip, name="a-first")
     wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
@@ -585,7 +595,7 @@ def test_a_newer_routed_ip_placed_before_the_older_was_seen_gives_the_address_up
     make_routed_ip(custom, namespace, class_name, ip, name="b-second")
     placed = {"assignedNode": "tollgate-worker-1"}
     custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "routedips", "b-second", {"status": placed})
-    controller.start()
+    controller.start(**digitalocean.trust)
 
     wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
     loser = status(custom, namespace, "b-second")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tollgate.models.routedip import Trust
 from tollgate.routedip.state import class_state, node_state, pod_state, routed_ip_state, service_state, slice_state
 from tollgate.routedip.validation import DEFAULT_TRUST, class_problems
@@ -208,3 +210,12 @@ def test_a_job_template_gets_no_privileges() -> None:
     assert refused(job({"serviceAccount": "default"}))[0][1].startswith(
         "spec.updateFirewall.template.spec.serviceAccount:"
     )
+
+
+def test_the_allow_list_setting_is_checked_at_startup() -> None:
+    fake = Trust.parse("https://api.digitalocean.com, http://127.0.0.1:8089", "127.0.0.1:8089", "jobs", "URLS")
+    assert fake == Trust(
+        ("https://api.digitalocean.com", "http://127.0.0.1:8089"), frozenset({"127.0.0.1:8089"}), "jobs"
+    )
+    with pytest.raises(ValueError, match=r"^URLS: 'http://127\.0\.0\.1:8089': must be https"):
+        Trust.parse("http://127.0.0.1:8089", "", "jobs", "URLS")

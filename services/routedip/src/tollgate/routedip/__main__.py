@@ -18,7 +18,7 @@ from tollgate.runtime.settings import ControllerSettings
 
 
 class Settings(ControllerSettings):
-    model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_", extra="ignore")
 
     service_name: str = "tollgate-routedip"
     system_namespace: str = Field(
