@@ -457,7 +457,7 @@ def digitalocean(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[D
     """The fake DigitalOcean API, knowing the cluster's three droplets, and its token in a Secret. A test asks for
     it before `controller`, so that the controller's teardown still reaches it to release the test's IPs."""
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    secret = f"routedip-e2e-do-{uuid.uuid4().hex[:6]}"
+    secret = "digitalocean-token"  # the controller may read the chart's tokenSecrets only
     token = base64.b64encode(b"e2e-token").decode()
     core.create_namespaced_secret(
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=secret), data={"token": token})

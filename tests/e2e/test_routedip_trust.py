@@ -8,6 +8,8 @@ the test cluster) is refused again by the controller, which then does nothing fo
   standing at that URL receives no request at all (so never the token);
 - a job class whose template asks for another ServiceAccount, the host's namespaces, privileges or capabilities
   is not Accepted, and no Job is created from it.
+The chart lets the controller read the token Secrets it lists, by name, and no other Secret, and provides the
+ServiceAccount job templates may name, granted nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tollgate.models.routedip import JOB_SERVICE_ACCOUNT
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.rbac import render_chart
 from tollgate.testing.wait import wait_for
 
 GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
@@ -65,7 +69,7 @@ def collector() -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
 @pytest.fixture
 def token_secret(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[list[dict[str, str]]]:
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    name = f"routedip-trust-{uuid.uuid4().hex[:6]}"
+    name = "digitalocean-token"  # one the chart lets the controller read: the controller itself must refuse
     token = base64.b64encode(b"secret-token").decode()
     core.create_namespaced_secret(
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=name), data={"token": token})
@@ -273,3 +277,29 @@ def test_a_job_class_asking_for_privileges_is_not_accepted_and_runs_no_job(
         assert jobs.items == []
     finally:
         release(custom, namespace)
+
+
+def test_the_chart_grants_secrets_by_name_and_a_job_service_account_without_rights() -> None:
+    objects = render_chart("routedip", values={"tokenSecrets": ["digitalocean-token", "do-staging"]})
+    rules = [rule for o in objects if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]]
+    secret_rules = [rule for rule in rules if "secrets" in rule["resources"]]
+    assert secret_rules == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["digitalocean-token", "do-staging"],
+        }
+    ]
+    accounts = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceAccount"}
+    container = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT"] == JOB_SERVICE_ACCOUNT
+    assert accounts[JOB_SERVICE_ACCOUNT]["automountServiceAccountToken"] is False
+    bound = {s["name"] for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in o["subjects"]}
+    assert JOB_SERVICE_ACCOUNT not in bound, "the Jobs' ServiceAccount is granted nothing"
+    assert not [
+        o
+        for o in render_chart("routedip", values={"tokenSecrets": []})
+        if o["kind"] == "Role" and any("secrets" in rule["resources"] for rule in o["rules"])
+    ]
