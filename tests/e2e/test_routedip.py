@@ -319,6 +319,7 @@ JOB_TEMPLATE = {
 
 
 def test_the_job_provider_runs_jobs_and_retries_a_failing_one(
+    cluster: EmbeddedCluster,
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     namespace: str,
@@ -326,6 +327,7 @@ def test_the_job_provider_runs_jobs_and_retries_a_failing_one(
     make_class: Callable[..., str],
 ) -> None:
     batch = client.BatchV1Api(core.api_client)
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)  # its Secret precedes the controller
     secret = f"routedip-e2e-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_secret(
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=secret), string_data={"token": "t"})
