@@ -137,8 +137,9 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
             as_account = service_account_kubeconfig(cluster, name, directory)
             proxies[name] = stack.enter_context(FaultProxy(*server_of(as_account)))
             via = proxied_kubeconfig(as_account, proxies[name], directory / f"{name}-via-proxy.kubeconfig")
+            trust = fake.trust_settings() if name == "routedip" else {}
             services[name] = ServiceProcess(
-                name, via, directory / "logs", env={**_settings(name, via), **settings[name]}
+                name, via, directory / "logs", env={**_settings(name, via), **settings[name], **trust}
             )
 
         def stop_services() -> None:

@@ -317,6 +317,7 @@ JOB_TEMPLATE = {
 
 
 def test_the_job_provider_runs_jobs_and_retries_a_failing_one(
+    cluster: EmbeddedCluster,
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     namespace: str,
@@ -324,6 +325,7 @@ def test_the_job_provider_runs_jobs_and_retries_a_failing_one(
     make_class: Callable[..., str],
 ) -> None:
     batch = client.BatchV1Api(core.api_client)
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)  # its Secret precedes the controller
     secret = f"routedip-e2e-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_secret(
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=secret), string_data={"token": "t"})
@@ -426,7 +428,7 @@ def digitalocean(cluster: EmbeddedCluster, core: client.CoreV1Api) -> Iterator[D
     """The fake DigitalOcean API, knowing the cluster's three droplets, and its token in a Secret. A test asks for
     it before `controller`, so that the controller's teardown still reaches it to release the test's IPs."""
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    secret = f"routedip-e2e-do-{uuid.uuid4().hex[:6]}"
+    secret = "digitalocean-token"  # the controller may read the chart's tokenSecrets only
     token = base64.b64encode(b"e2e-token").decode()
     core.create_namespaced_secret(
         SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=secret), data={"token": token})
@@ -458,7 +460,7 @@ def test_the_digitalocean_provider_assigns_reserved_ips_and_opens_the_firewall(
     greedy = make_class("digitalocean", fromSecretsRef=secrets, digitalocean=settings, perNodeIPLimit=2)
     node_port = make_service(core, namespace)
     fake.inject(429, method="POST", path="/actions", headers={"Retry-After": "1"})
-    controller.start()
+    controller.start(**digitalocean.fake.trust_settings())
     make_routed_ip(custom, namespace, class_name, ip)
     make_routed_ip(custom, namespace, greedy, "203.0.113.17", name="greedy")
 
@@ -507,7 +509,7 @@ def test_two_routed_ips_of_one_address_the_older_holds_it_and_the_newer_takes_ov
     fake.add_reserved_ip(ip)
     class_name = make_class("digitalocean", fromSecretsRef=digitalocean.secrets, digitalocean={"apiURL": fake.url})
     make_service(core, namespace)
-    controller.start()
+    controller.start(**digitalocean.fake.trust_settings())
 
     make_routed_ip(custom, namespace, class_name, ip, name="a-first")
     wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
@@ -564,7 +566,7 @@ def test_a_newer_routed_ip_placed_before_the_older_was_seen_gives_the_address_up
     make_routed_ip(custom, namespace, class_name, ip, name="b-second")
     placed = {"assignedNode": "tollgate-worker-1"}
     custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "routedips", "b-second", {"status": placed})
-    controller.start()
+    controller.start(**digitalocean.fake.trust_settings())
 
     wait_assigned(custom, namespace, "tollgate-worker-2", "a-first")
     loser = status(custom, namespace, "b-second")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from tollgate.models.routedip import Trust
 from tollgate.routedip.state import class_state, node_state, pod_state, routed_ip_state, service_state, slice_state
-from tollgate.routedip.validation import class_problems
+from tollgate.routedip.validation import DEFAULT_TRUST, class_problems
 
 JOB = {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}
 
@@ -141,3 +144,78 @@ def test_service_slice_pod_and_routed_ip_states() -> None:
         }
     )
     assert rip.placement.nodes() == {"n1", "n2"} and rip.service == ("ns", "svc")
+
+
+DO_SECRET = [{"name": "do", "namespace": "tollgate-system"}]
+
+
+def test_a_digitalocean_api_url_must_be_https_and_on_the_allow_list() -> None:
+    def refused(url: str, trust: Trust = DEFAULT_TRUST) -> list[tuple[str, str]]:
+        body = routed_ip_class(provider="digitalocean", fromSecretsRef=DO_SECRET, digitalocean={"apiURL": url})
+        return class_problems(class_state(body), "tollgate-system", (), trust)
+
+    assert refused("https://api.digitalocean.com") == []
+    assert refused("https://api.digitalocean.com/") == []
+    assert refused("https://collector.example.com") == [
+        (
+            "APIURLNotAllowed",
+            "spec.digitalocean.apiURL: 'https://collector.example.com' is not on the allow-list of API URLs "
+            "(https://api.digitalocean.com)",
+        )
+    ]
+    assert refused("http://api.digitalocean.com")[0][1] == (
+        "spec.digitalocean.apiURL: 'http://api.digitalocean.com': must be https (the API token travels with every "
+        "request)"
+    )
+    assert "credentials, query and fragment" in refused("https://me@api.digitalocean.com")[0][1]
+    assert "not an absolute https:// URL" in refused("api.digitalocean.com")[0][1]
+    fake = Trust(api_urls=("http://127.0.0.1:8089",), http_hosts=frozenset({"127.0.0.1:8089"}))
+    assert refused("http://127.0.0.1:8089", fake) == []
+    assert "must be https" in refused("http://127.0.0.1:8089", Trust(api_urls=("http://127.0.0.1:8089",)))[0][1]
+    assert "allow-list" in refused("https://127.0.0.1:8089", fake)[0][1]
+
+
+def job(pod: dict[str, Any], container: dict[str, Any] | None = None) -> dict[str, Any]:
+    containers = [{"name": "c", "image": "busybox", **(container or {})}]
+    return {"template": {"spec": {"restartPolicy": "Never", "containers": containers, **pod}}}
+
+
+def test_a_job_template_gets_no_privileges() -> None:
+    def refused(template: dict[str, Any]) -> list[tuple[str, str]]:
+        return problems(routed_ip_class(provider="job", updateRoutedIP=JOB, updateFirewall=template))
+
+    assert refused(job({"serviceAccountName": "tollgate-routedip-job"})) == []
+    assert refused(job({}, {"securityContext": {"privileged": False, "capabilities": {"drop": ["ALL"]}}})) == []
+    found = refused(
+        job(
+            {"serviceAccountName": "tollgate-routedip", "hostNetwork": True, "hostPID": True, "hostIPC": True},
+            {"securityContext": {"privileged": True, "allowPrivilegeEscalation": True, "capabilities": {"add": ["X"]}}},
+        )
+    )
+    assert {reason for reason, _ in found} == {"PrivilegedJobTemplate"}
+    assert [message.split(":")[0] for _, message in found] == [
+        "spec.updateFirewall.template.spec.serviceAccountName",
+        "spec.updateFirewall.template.spec.hostNetwork",
+        "spec.updateFirewall.template.spec.hostPID",
+        "spec.updateFirewall.template.spec.hostIPC",
+        "spec.updateFirewall.template.spec.containers[0].securityContext.privileged",
+        "spec.updateFirewall.template.spec.containers[0].securityContext.allowPrivilegeEscalation",
+        "spec.updateFirewall.template.spec.containers[0].securityContext.capabilities.add",
+    ]
+    assert found[0][1].endswith(
+        "must be 'tollgate-routedip-job', the chart's ServiceAccount for Jobs (got 'tollgate-routedip')"
+    )
+    init = {"initContainers": [{"name": "i", "image": "x", "securityContext": {"privileged": True}}]}
+    assert refused(job(init))[0][1].startswith("spec.updateFirewall.template.spec.initContainers[0].securityContext")
+    assert refused(job({"serviceAccount": "default"}))[0][1].startswith(
+        "spec.updateFirewall.template.spec.serviceAccount:"
+    )
+
+
+def test_the_allow_list_setting_is_checked_at_startup() -> None:
+    fake = Trust.parse("https://api.digitalocean.com, http://127.0.0.1:8089", "127.0.0.1:8089", "jobs", "URLS")
+    assert fake == Trust(
+        ("https://api.digitalocean.com", "http://127.0.0.1:8089"), frozenset({"127.0.0.1:8089"}), "jobs"
+    )
+    with pytest.raises(ValueError, match=r"^URLS: 'http://127\.0\.0\.1:8089': must be https"):
+        Trust.parse("http://127.0.0.1:8089", "", "jobs", "URLS")

@@ -10,6 +10,7 @@ import pytest
 from tollgate.models import Goop, LoadBalancer
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.models.epic import GWPROXY_LABEL, LOAD_BALANCER_LABEL
+from tollgate.models.routedip import Trust
 from tollgate.webhook.validation import Limits, validate
 
 Obj = dict[str, Any]
@@ -625,6 +626,7 @@ def test_a_routed_ip_is_a_unicast_ipv4_address(
 
 def test_one_routed_ip_per_address(check: Check, sample: Sample, routed_class: Obj) -> None:
     first = named(sample("RoutedIP"), "first", "elsewhere")
+    first["spec"]["serviceRef"]["namespace"] = "elsewhere"
     assert check(sample("RoutedIP"), routed_class, first) == [
         "spec.routedIP: 203.0.113.10 is already routed by a RoutedIP of another namespace: one RoutedIP per address"
     ]
@@ -632,6 +634,68 @@ def test_one_routed_ip_per_address(check: Check, sample: Sample, routed_class: O
     (same_namespace,) = check(sample("RoutedIP"), routed_class, neighbour)
     assert f"already routed by RoutedIP {neighbour['metadata']['namespace']}/first:" in same_namespace
     assert check(first, routed_class, first) == []
+
+
+def test_a_routed_ip_routes_to_a_service_of_its_own_namespace_only(
+    check: Check, sample: Sample, routed_class: Obj
+) -> None:
+    routed = sample("RoutedIP")
+    routed["spec"]["serviceRef"]["namespace"] = "another-tenant"
+    assert check(routed, routed_class) == [
+        "spec.serviceRef.namespace: must be the RoutedIP's own namespace 'default' (got 'another-tenant'): a RoutedIP "
+        "may only route to a Service of its own namespace"
+    ]
+
+
+def digitalocean_class(sample: Sample, api_url: str) -> Obj:
+    obj = sample("ClusterRoutedIPClass")
+    obj["spec"].update(
+        provider="digitalocean",
+        fromSecretsRef=[{"name": "digitalocean-token", "namespace": "tollgate-system"}],
+        digitalocean={"apiURL": api_url},
+    )
+    return obj
+
+
+def test_a_digitalocean_class_sends_its_token_to_an_allowed_https_api_only(check: Check, sample: Sample) -> None:
+    assert check(digitalocean_class(sample, "https://api.digitalocean.com")) == []
+    assert check(digitalocean_class(sample, "https://collector.example.com/v2")) == [
+        "spec.digitalocean.apiURL: 'https://collector.example.com/v2' is not on the allow-list of API URLs "
+        "(https://api.digitalocean.com)"
+    ]
+    assert check(digitalocean_class(sample, "http://api.digitalocean.com")) == [
+        "spec.digitalocean.apiURL: 'http://api.digitalocean.com': must be https (the API token travels with every "
+        "request)"
+    ]
+    fake = Limits(routed_ip_trust=Trust(("http://127.0.0.1:8089",), frozenset({"127.0.0.1:8089"})))
+    assert check(digitalocean_class(sample, "http://127.0.0.1:8089"), limits=fake) == []
+    local = sample("ClusterRoutedIPClass")
+    local["spec"]["digitalocean"] = {"apiURL": "http://ignored.example.com"}
+    assert check(local) == []
+
+
+def test_a_job_template_asks_for_no_privileges(check: Check, sample: Sample) -> None:
+    job_class = sample("ClusterRoutedIPClass")
+    pod = {
+        "restartPolicy": "Never",
+        "serviceAccountName": "tollgate-routedip",
+        "hostNetwork": True,
+        "containers": [
+            {"name": "c", "image": "busybox", "securityContext": {"privileged": True, "capabilities": {"add": ["ALL"]}}}
+        ],
+    }
+    job_class["spec"].update(provider="job", updateRoutedIP={"template": {"spec": pod}})
+    assert check(job_class) == [
+        "spec.updateRoutedIP.template.spec.serviceAccountName: must be 'tollgate-routedip-job', the chart's "
+        "ServiceAccount for Jobs (got 'tollgate-routedip')",
+        "spec.updateRoutedIP.template.spec.hostNetwork: must not be true: provider Jobs do not share the node's "
+        "namespaces",
+        "spec.updateRoutedIP.template.spec.containers[0].securityContext.privileged: must not be true: provider Jobs "
+        "run unprivileged",
+        "spec.updateRoutedIP.template.spec.containers[0].securityContext.capabilities.add: must be empty: provider "
+        "Jobs get no added capabilities",
+    ]
+    assert check(sample("ClusterRoutedIPClass")) == []
 
 
 # ---- Goop ----

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
@@ -13,6 +16,9 @@ GROUP = "routedip.tollgate.io"
 VERSION = "v1alpha1"
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
 MOVE_TAINT_KEY = "routedip.tollgate.io/move-in-progress"
+DIGITALOCEAN_API_URL = "https://api.digitalocean.com"
+# The ServiceAccount the chart provides for the job provider's pods (it is granted nothing).
+JOB_SERVICE_ACCOUNT = "tollgate-routedip-job"
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -37,7 +43,11 @@ class DigitalOceanSettings(WireModel):
         alias="firewallID",
         description="Cloud Firewall dedicated to this class: its droplets and inbound rules are managed entirely.",
     )
-    api_url: str = Field(default="https://api.digitalocean.com", alias="apiURL")
+    api_url: str = Field(
+        default=DIGITALOCEAN_API_URL,
+        alias="apiURL",
+        description="Base URL of the API: https, and one of the allow-list the controller and webhook are given.",
+    )
     token_key: str = Field(default="token", alias="tokenKey", description="Key of the API token in the Secret.")
 
 
@@ -145,3 +155,102 @@ class RoutedIP(CustomResource[RoutedIPSpec, RoutedIPStatus]):
             PrinterColumn(name="Target", type="string", json_path=".status.targetNode", priority=1),
         ],
     )
+
+
+# ---- trust rules, shared by the webhook (at admission) and the controller (for what slipped past it) ----
+
+
+def service_ref_rule(namespace: str, service_namespace: str) -> str | None:
+    """Why a RoutedIP in `namespace` may not reference a Service of `service_namespace`, or None: a RoutedIP
+    opens its Service's NodePorts in the cloud firewall, so it may only name a Service of its own namespace."""
+    if service_namespace != namespace:
+        return (
+            f"must be the RoutedIP's own namespace {namespace!r} (got {service_namespace!r}): a RoutedIP "
+            "may only route to a Service of its own namespace"
+        )
+    return None
+
+
+def origin(url: str) -> str:
+    """`scheme://host[:port]` of a URL, lower-cased, as allow-lists are written."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+def api_url_rule(url: str, allowed: Collection[str], http_hosts: Collection[str] = ()) -> str | None:
+    """Why the controller may not send a class's API token to `url`, or None. `allowed` lists origins
+    (`https://api.digitalocean.com`); plain http is refused unless its `host:port` is in `http_hosts` too."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return f"{url!r} is not an absolute https:// URL"
+    if parts.username or parts.password or parts.query or parts.fragment:
+        return f"{url!r}: credentials, query and fragment are not allowed in an API URL"
+    if parts.scheme == "http" and parts.netloc.lower() not in {host.lower() for host in http_hosts}:
+        return f"{url!r}: must be https (the API token travels with every request)"
+    if origin(url) not in {origin(entry) for entry in allowed}:
+        return f"{url!r} is not on the allow-list of API URLs ({', '.join(sorted(allowed)) or 'empty'})"
+    return None
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What a class may ask of the controller: where its API token may be sent, which ServiceAccount its Jobs run
+    as. The controller and the webhook are given the same (their settings)."""
+
+    api_urls: tuple[str, ...] = (DIGITALOCEAN_API_URL,)
+    http_hosts: frozenset[str] = frozenset()
+    job_service_account: str = JOB_SERVICE_ACCOUNT
+
+    @classmethod
+    def parse(cls, api_urls: str, http_hosts: str, job_service_account: str, setting: str) -> Trust:
+        """From comma-separated settings: every allowed URL must pass the rule (`setting` names the first)."""
+        trust = cls(
+            tuple(url.strip() for url in api_urls.split(",") if url.strip()),
+            frozenset(host.strip() for host in http_hosts.split(",") if host.strip()),
+            job_service_account,
+        )
+        for url in trust.api_urls:
+            refused = api_url_rule(url, trust.api_urls, trust.http_hosts)
+            if refused:
+                raise ValueError(f"{setting}: {refused}")
+        return trust
+
+
+def job_template_rules(template: Mapping[str, Any], service_account: str) -> Iterator[tuple[str, str]]:
+    """(field path under the Job spec, rule) for each privilege a job provider template asks for: its pods run
+    in the controller's namespace, so they get the chart's unprivileged ServiceAccount and nothing of the host."""
+    pod = (template.get("template") or {}).get("spec") or {}
+    if not isinstance(pod, Mapping):
+        return
+    base = "template.spec"
+    for key in ("serviceAccountName", "serviceAccount"):
+        account = pod.get(key)
+        if account not in (None, "", service_account):
+            yield (
+                f"{base}.{key}",
+                f"must be {service_account!r}, the chart's ServiceAccount for Jobs (got {account!r})",
+            )
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            yield f"{base}.{key}", "must not be true: provider Jobs do not share the node's namespaces"
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for index, container in enumerate(pod.get(group) or []):
+            context = (container.get("securityContext") if isinstance(container, Mapping) else None) or {}
+            path = f"{base}.{group}[{index}].securityContext"
+            if context.get("privileged"):
+                yield f"{path}.privileged", "must not be true: provider Jobs run unprivileged"
+            if context.get("allowPrivilegeEscalation"):
+                yield f"{path}.allowPrivilegeEscalation", "must not be true: provider Jobs run unprivileged"
+            if (context.get("capabilities") or {}).get("add"):
+                yield f"{path}.capabilities.add", "must be empty: provider Jobs get no added capabilities"
+
+
+def class_trust_rules(spec: ClusterRoutedIPClassSpec, trust: Trust) -> Iterator[tuple[str, str, str]]:
+    """(reason, field, rule) for each thing a class asks beyond `trust`: the controller does not serve it."""
+    if spec.provider == "digitalocean":
+        refused = api_url_rule((spec.digitalocean or DigitalOceanSettings()).api_url, trust.api_urls, trust.http_hosts)
+        if refused:
+            yield "APIURLNotAllowed", "spec.digitalocean.apiURL", refused
+    for name, template in (("updateRoutedIP", spec.update_routed_ip), ("updateFirewall", spec.update_firewall)):
+        for path, rule in job_template_rules(template or {}, trust.job_service_account):
+            yield "PrivilegedJobTemplate", f"spec.{name}.{path}", rule

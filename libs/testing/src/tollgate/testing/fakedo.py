@@ -134,6 +134,14 @@ class FakeDigitalOcean:
         self.url = f"http://{bound[0]}:{bound[1]}"
         return self.url
 
+    def trust_settings(self) -> dict[str, str]:
+        """tollgate-routedip's settings that let it send a token to this fake: it serves plain http on loopback,
+        so its origin is allow-listed and http permitted for its host:port alone."""
+        return {
+            "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS": self.url,
+            "TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS": self.url.removeprefix("http://"),
+        }
+
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()

@@ -7,6 +7,7 @@ import sys
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
 from tollgate.routedip.handlers import build_registry
 from tollgate.routedip.k8s import Kube
@@ -28,6 +29,21 @@ class Settings(ControllerSettings):
     )
     workers: int = Field(default=32, ge=1, le=256, description="Routed IPs reconciled at once.")
     job_wait_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for a provider Job per pass.")
+    digitalocean_api_urls: str = Field(
+        default=DIGITALOCEAN_API_URL,
+        description="Comma-separated allow-list of DigitalOcean API origins (scheme://host[:port]) a class's "
+        "spec.digitalocean.apiURL may name: the class's API token is sent there.",
+    )
+    digitalocean_http_hosts: str = Field(
+        default="",
+        description="Comma-separated host:port of allow-listed API origins that may be plain http (a fake API on "
+        "loopback in tests); empty in production, where the token only travels over https.",
+    )
+    job_service_account: str = Field(
+        default=JOB_SERVICE_ACCOUNT,
+        description="The only ServiceAccount a job provider template may name (the chart provides it, with no "
+        "permissions).",
+    )
     failpoints: str = Field(
         default="",
         description=f"Comma-separated crash points for resilience tests ({', '.join(FAILPOINTS)}): the process exits "
@@ -40,12 +56,19 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     unknown = failpoints - set(FAILPOINTS)
     if unknown:
         raise ValueError(f"TOLLGATE_ROUTEDIP_FAILPOINTS: unknown failpoint(s) {sorted(unknown)}; known: {FAILPOINTS}")
+    trust = Trust.parse(
+        settings.digitalocean_api_urls,
+        settings.digitalocean_http_hosts,
+        settings.job_service_account,
+        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS",
+    )
     kube = Kube(settings.kubeconfig, threads=max(8, settings.workers * 2))
     config = ControllerConfig(
         system_namespace=settings.system_namespace,
         workers=settings.workers,
         failpoints=failpoints,
         job_wait_timeout=settings.job_wait_timeout,
+        trust=trust,
     )
     controller = Controller(kube, config, context.telemetry)
     try:

@@ -35,7 +35,9 @@ from tollgate.models.routedip import (
     VERSION,
     ClusterRoutedIPClassStatus,
     RoutedIPStatus,
+    Trust,
     parse_port_range,
+    service_ref_rule,
 )
 from tollgate.routedip.arbitration import CONFLICT, conflict_message, holder_instead, rivals
 from tollgate.routedip.election import Decision, ElectionInput, backing_nodes, decide, usage_by_node
@@ -52,7 +54,7 @@ from tollgate.routedip.state import (
     SliceState,
     routed_ip_state,
 )
-from tollgate.routedip.validation import class_problems
+from tollgate.routedip.validation import class_problems, trust_problems
 from tollgate.runtime.kube import is_conflict, is_not_found
 from tollgate.runtime.telemetry import Telemetry
 from tollgate.runtime.workqueue import QueueClosed, WorkQueue
@@ -60,6 +62,7 @@ from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 log = logging.getLogger("tollgate.routedip")
 FINALIZER = f"{GROUP}/release"
 MOVE_TAINT_EFFECT = "PreferNoSchedule"
+SERVICE_REF_NOT_ALLOWED = "ServiceRefNotAllowed"
 FAILPOINTS = ("after-reserve", "after-taint", "after-firewall", "after-assign", "after-unassign")
 Key = tuple[str, ...]
 _UNSET: Any = object()
@@ -88,6 +91,7 @@ class ControllerConfig:
     workers: int = 32
     failpoints: frozenset[str] = frozenset()
     job_wait_timeout: float = 120.0
+    trust: Trust = field(default_factory=Trust)
 
 
 def _first(store: Iterable[Any] | None) -> Any:
@@ -126,7 +130,9 @@ class Controller:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.indexes: Indexes | None = None
         self.synced = asyncio.Event()
-        self.providers = Providers(self.kube, self.config.system_namespace, self.config.job_wait_timeout)
+        self.providers = Providers(
+            self.kube, self.config.system_namespace, self.config.job_wait_timeout, self.config.trust
+        )
         self._overlay: dict[tuple[str, str], RoutedIPState] = {}
         self._written: dict[tuple[str, str], str] = {}
         self._reserving: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (className, node) being written
@@ -359,7 +365,7 @@ class Controller:
             self._firewall_applied = {k: v for k, v in self._firewall_applied.items() if k != name}
             return
         same_name = [c.name for c in self.classes(cls.class_name)]
-        problems = class_problems(cls, self.config.system_namespace, same_name)
+        problems = class_problems(cls, self.config.system_namespace, same_name, self.config.trust)
         status = ClusterRoutedIPClassStatus.model_validate(cls.status)
         before = status.to_wire()
         status.observed_generation = cls.generation
@@ -384,7 +390,7 @@ class Controller:
             return None, ("ClassNotFound", f"spec.className: no ClusterRoutedIPClass has className {rip.class_name!r}")
         cls = candidates[0]
         same_name = [c.name for c in candidates]
-        problems = class_problems(cls, self.config.system_namespace, same_name)
+        problems = class_problems(cls, self.config.system_namespace, same_name, self.config.trust)
         if problems:
             return None, ("ClassNotAccepted", f"ClusterRoutedIPClass {cls.name}: " + "; ".join(m for _, m in problems))
         return cls, None
@@ -420,6 +426,10 @@ class Controller:
                 rip.ip,
             )
             return
+        refused = service_ref_rule(rip.namespace, rip.service[0])
+        if refused:
+            await self.refuse_service_ref(rip, refused)
+            return
         rip = await self.ensure_finalizer(rip)
         cls, problem = self.class_for(rip)
         if cls is None or cls.spec is None:
@@ -452,6 +462,15 @@ class Controller:
             return
         await self.settle(rip, cls, provider, decision)
 
+    async def refuse_service_ref(self, rip: RoutedIPState, rule: str) -> None:
+        """A Service of another namespace (admitted while the webhook was down): nothing is done for it."""
+        previous = rip.ready
+        message = f"spec.serviceRef.namespace: {rule}"
+        await self.write_status(rip, ready=("False", SERVICE_REF_NOT_ALLOWED, message))
+        if (previous.get("status"), previous.get("reason")) != ("False", SERVICE_REF_NOT_ALLOWED):
+            log.warning("%s/%s refused: %s", rip.namespace, rip.name, message)
+            self.event(involved(rip), "Warning", SERVICE_REF_NOT_ALLOWED, message)
+
     async def give_way(self, rip: RoutedIPState, winner: RoutedIPState) -> None:
         """An older claim holds this RoutedIP's address: let go of the nodes this one records (never one the
         winner records: the address is the winner's there), then say why it waits."""
@@ -480,7 +499,7 @@ class Controller:
         held = sorted(rip.placement.nodes() - self._held_by_rivals(rip))
         candidates = self.classes(rip.class_name)
         cls = candidates[0] if candidates else None
-        if not held or cls is None or cls.spec is None:
+        if not held or cls is None or cls.spec is None or trust_problems(cls.spec, self.config.trust):
             return held, None, None
         nodes = self.nodes()
         provider = await self.providers.for_class(cls)
@@ -665,8 +684,8 @@ class Controller:
                 involved(rip),
                 "Warning",
                 "ReleasedWithoutClass",
-                f"no ClusterRoutedIPClass has className {rip.class_name!r}: {rip.ip} was not unassigned from "
-                f"{', '.join(held)}",
+                f"no ClusterRoutedIPClass with className {rip.class_name!r} can be served: {rip.ip} was not "
+                f"unassigned from {', '.join(held)}",
             )
         finalizers = [f for f in rip.finalizers if f != FINALIZER]
         try:
@@ -794,6 +813,8 @@ class Controller:
         for rip in self.routed_ips():
             if rip.class_name != cls.class_name or rip.deleting or rip.key == excluding:
                 continue
+            if service_ref_rule(rip.namespace, rip.service[0]):
+                continue  # never opens another namespace's NodePorts
             on = {rip.placement.assigned} if rip.placement.assigned else set()
             if rip.placement.target and not cls.spec.firewall_post_allow:
                 on.add(rip.placement.target)

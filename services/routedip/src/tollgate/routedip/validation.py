@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tollgate.models.routedip import ClusterRoutedIPClassSpec, Trust, class_trust_rules
 from tollgate.routedip.state import ClassState
 
 # DigitalOcean allows one reserved IP per droplet.
 DIGITALOCEAN_IPS_PER_DROPLET = 1
 
 
+DEFAULT_TRUST = Trust()
+
+
 def class_problems(
-    state: ClassState, system_namespace: str, same_class_name: Iterable[str] = ()
+    state: ClassState, system_namespace: str, same_class_name: Iterable[str] = (), trust: Trust = DEFAULT_TRUST
 ) -> list[tuple[str, str]]:
     """(reason, message) for everything that stops the class from being served; empty when it can be."""
     if state.spec is None:
@@ -70,4 +74,10 @@ def class_problems(
             problems.append(
                 ("InvalidJobTemplate", f"spec.{field}.template.spec.restartPolicy: must be Never or OnFailure")
             )
+    problems.extend(trust_problems(spec, trust))
     return problems
+
+
+def trust_problems(spec: ClusterRoutedIPClassSpec, trust: Trust) -> list[tuple[str, str]]:
+    """(reason, message) for what the class asks beyond its trust: the provider refuses to act on any of them."""
+    return [(reason, f"{path}: {rule}") for reason, path, rule in class_trust_rules(spec, trust)]

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
@@ -51,6 +52,21 @@ class Settings(ServiceSettings):
         description="Largest request body read; a larger one gets a 413 before it is parsed (4 MiB holds the "
         "review of an update of the largest object etcd stores, 1.5 MiB, twice).",
     )
+    routedip_api_urls: str = Field(
+        default=DIGITALOCEAN_API_URL,
+        description="Comma-separated DigitalOcean API origins a ClusterRoutedIPClass may name (as tollgate-routedip's "
+        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS).",
+    )
+    routedip_http_hosts: str = Field(
+        default="",
+        description="Comma-separated host:port of those that may be plain http "
+        "(as TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS).",
+    )
+    routedip_job_service_account: str = Field(
+        default=JOB_SERVICE_ACCOUNT,
+        description="The only ServiceAccount a job provider template may name "
+        "(as TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT).",
+    )
     label_selector: str | None = Field(
         default=None,
         description="Cache only objects with these labels (match the configurations' objectSelector).",
@@ -65,7 +81,15 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     tls = ReloadingContext(settings.cert_dir / CERT_FILE, settings.cert_dir / KEY_FILE)
     admitter = Admitter(
         store,
-        Limits(max_goop_jobs=settings.max_goop_jobs),
+        Limits(
+            max_goop_jobs=settings.max_goop_jobs,
+            routed_ip_trust=Trust.parse(
+                settings.routedip_api_urls,
+                settings.routedip_http_hosts,
+                settings.routedip_job_service_account,
+                "TOLLGATE_WEBHOOK_ROUTEDIP_API_URLS",
+            ),
+        ),
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),
     )

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address
 from typing import Any, Protocol, TypeVar
 
@@ -45,7 +45,7 @@ from tollgate.models.epic import (
     account_of,
 )
 from tollgate.models.gateway import GatewaySpec, HTTPRouteSpec, ParentReference, TCPRouteSpec, named_listeners
-from tollgate.models.routedip import parse_port_range
+from tollgate.models.routedip import Trust, class_trust_rules, parse_port_range, service_ref_rule
 from tollgate.models.servicemesh import PortListener, UdpListener
 from tollgate.webhook.kinds import Model
 
@@ -88,6 +88,7 @@ class Limits:
     """The rules' settings."""
 
     max_goop_jobs: int = 100
+    routed_ip_trust: Trust = field(default_factory=Trust)
 
 
 class View(Protocol):
@@ -632,11 +633,16 @@ def _routed_ip_class(resource: ClusterRoutedIPClass, review: Review) -> Iterator
         yield Violation(
             "spec.className", f"className {class_name!r} is already served by ClusterRoutedIPClass {reference(other)}"
         )
+    for _, path, rule in class_trust_rules(resource.spec, review.limits.routed_ip_trust):
+        yield Violation(path, rule)
 
 
 def _routed_ip(resource: RoutedIP, review: Review) -> Iterator[Violation]:
     spec = resource.spec
     yield from _unicast(spec.routed_ip, "spec.routedIP")
+    refused = service_ref_rule(review.namespace, spec.service_ref.namespace)
+    if refused:
+        yield Violation("spec.serviceRef.namespace", refused)
     if not review.existing(ClusterRoutedIPClass, "className", spec.class_name):
         yield Violation("spec.className", f"no ClusterRoutedIPClass has className {spec.class_name!r}", pending=True)
     for other in review.others(RoutedIP, "routedIP", str(spec.routed_ip)):

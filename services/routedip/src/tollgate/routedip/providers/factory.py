@@ -5,23 +5,27 @@ from __future__ import annotations
 import base64
 import time
 
-from tollgate.models.routedip import DigitalOceanSettings
+from tollgate.models.routedip import DigitalOceanSettings, Trust
 from tollgate.routedip.k8s import Kube
 from tollgate.routedip.providers import Provider, ProviderError
 from tollgate.routedip.providers.digitalocean import DigitalOceanClient, DigitalOceanProvider
 from tollgate.routedip.providers.job import JobProvider
 from tollgate.routedip.providers.local import LocalProvider
 from tollgate.routedip.state import ClassState
+from tollgate.routedip.validation import DEFAULT_TRUST, trust_problems
 from tollgate.runtime.kube import is_not_found
 
 TOKEN_TTL = 30.0
 
 
 class Providers:
-    def __init__(self, kube: Kube, system_namespace: str, job_wait_timeout: float = 120.0) -> None:
+    def __init__(
+        self, kube: Kube, system_namespace: str, job_wait_timeout: float = 120.0, trust: Trust = DEFAULT_TRUST
+    ) -> None:
         self.kube = kube
         self.system_namespace = system_namespace
         self.job_wait_timeout = job_wait_timeout
+        self.trust = trust
         self._clients: dict[tuple[str, str], DigitalOceanClient] = {}
         self._tokens: dict[tuple[str, int], tuple[str, float]] = {}
 
@@ -29,6 +33,14 @@ class Providers:
         spec = routed_ip_class.spec
         if spec is None:
             raise ProviderError(f"ClusterRoutedIPClass {routed_ip_class.name} has an invalid spec")
+        # Checked here as well as in the class's acceptance: no path (a release among them) reaches a provider
+        # of a class that asks more than it is trusted with.
+        refused = trust_problems(spec, self.trust)
+        if refused:
+            raise ProviderError(
+                f"ClusterRoutedIPClass {routed_ip_class.name}: " + "; ".join(m for _, m in refused),
+                reason=refused[0][0],
+            )
         if spec.provider == "local":
             return LocalProvider(self.kube, self.system_namespace)
         if spec.provider == "job":
