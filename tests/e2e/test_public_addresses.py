@@ -78,12 +78,12 @@ def allocator(run_service: ServiceFactory, **env: str) -> ServiceProcess:
     )
 
 
-async def allocated(custom: client.CustomObjectsApi, namespace: str, name: str) -> str:
+async def allocated(custom: client.CustomObjectsApi, namespace: str, name: str, timeout: float = 30) -> str:
     async def probe() -> str | None:
         lb = get(custom, "loadbalancers", namespace, name)
         return str(lb["spec"].get("public-address") or "") or None
 
-    return await eventually(probe, f"load balancer {name} to get a public address", timeout=30)
+    return await eventually(probe, f"load balancer {name} to get a public address", timeout=timeout)
 
 
 async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_deletion(
@@ -125,7 +125,7 @@ async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_dele
 
     # Deleting a frees its address; d, which waits for one, gets it.
     cluster.kubectl("delete", "loadbalancer", "a", "-n", namespace)
-    d = await allocated(custom, namespace, "d")
+    d = await allocated(custom, namespace, "d", timeout=90)  # d retries every 10 s while its pool is spent
     assert d == a
     allocations = get(custom, "serviceprefixes", SYSTEM_NAMESPACE, prefix)["status"]["allocations"]
     assert sorted(owner["name"] for owner in allocations.values()) == ["b", "c", "d"]

@@ -827,6 +827,8 @@ def _samples(namespace: str, label: str) -> list[Obj]:
             }
             if document["kind"] == "ClusterRoutedIPClass":
                 metadata["name"] = f"{metadata['name']}-{label}"
+            if document["kind"] == "RoutedIP":  # its Service moves along: it must be in the RoutedIP's namespace
+                document["spec"]["serviceRef"]["namespace"] = namespace
             documents.append(document)
     return sorted(documents, key=lambda d: order.index(d["kind"]) if d["kind"] in order else len(order))
 
