@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tollgate.models.routedip import GROUP, VERSION
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster, node_manifest
@@ -31,7 +32,6 @@ from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes, node_ready
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
 
-GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
 SYSTEM_NAMESPACE = "tollgate-system"
 WORKERS = ("tollgate-worker-0", "tollgate-worker-1", "tollgate-worker-2")
 YOUNG_NODE = "routedip-e2e-young"

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tollgate.models.routedip import JOB_SERVICE_ACCOUNT
+from tollgate.models.routedip import GROUP, JOB_SERVICE_ACCOUNT, VERSION
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster
@@ -32,7 +32,6 @@ from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.rbac import render_chart
 from tollgate.testing.wait import wait_for
 
-GROUP, VERSION = "routedip.tollgate.io", "v1alpha1"
 SYSTEM_NAMESPACE = "tollgate-system"
 
 
