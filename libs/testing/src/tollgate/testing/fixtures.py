@@ -97,6 +97,32 @@ def other_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> I
 ServiceFactory = Callable[..., ServiceProcess]
 
 
+class ServiceLauncher:
+    """Starts tollgate services against `cluster` and stops them all at once; see `run_service`."""
+
+    def __init__(self, cluster: EmbeddedCluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.started: list[ServiceProcess] = []
+
+    def __call__(
+        self, name: str, *, rbac: bool = False, via: FaultProxy | None = None, **kwargs: Any
+    ) -> ServiceProcess:
+        kubeconfig = service_account_kubeconfig(self.cluster, name, self.workdir) if rbac else self.cluster.kubeconfig
+        if via is not None:
+            kubeconfig = proxied_kubeconfig(kubeconfig, via, self.workdir / f"{name}-via-{via.port}.kubeconfig")
+        service = ServiceProcess(name, kubeconfig, self.workdir / "logs", **kwargs)
+        self.started.append(service)
+        return service.start().wait_ready()
+
+    def stop(self, show_logs: bool) -> None:
+        for service in self.started:
+            service.stop()
+        if show_logs:
+            for service in self.started:
+                print(f"\n----- logs of {service.name} ({service.log_path}) -----\n{service.logs()[-20000:]}")
+
+
 @pytest.fixture
 def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_path: Path) -> Iterator[ServiceFactory]:
     """`run_service("jobs", rbac=True, env={...})` starts the service and waits for /readyz.
@@ -105,22 +131,20 @@ def run_service(request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_pa
     chart's rules (rendered with helm), so a missing permission fails the test. With `via=proxy` (a running
     FaultProxy in front of the API server) it reaches the API server through the proxy.
     """
-    started: list[ServiceProcess] = []
+    launcher = ServiceLauncher(cluster, tmp_path)
+    yield launcher
+    launcher.stop(show_logs=_failed(request))
 
-    def start(name: str, *, rbac: bool = False, via: FaultProxy | None = None, **kwargs: Any) -> ServiceProcess:
-        kubeconfig = service_account_kubeconfig(cluster, name, tmp_path) if rbac else cluster.kubeconfig
-        if via is not None:
-            kubeconfig = proxied_kubeconfig(kubeconfig, via, tmp_path / f"{name}-via-{via.port}.kubeconfig")
-        service = ServiceProcess(name, kubeconfig, tmp_path / "logs", **kwargs)
-        started.append(service)
-        return service.start().wait_ready()
 
-    yield start
-    for service in started:
-        service.stop()
-    if _failed(request):
-        for service in started:
-            print(f"\n----- logs of {service.name} ({service.log_path}) -----\n{service.logs()[-20000:]}")
+@pytest.fixture(scope="module")
+def run_module_service(
+    request: pytest.FixtureRequest, cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServiceFactory]:
+    """`run_service` for services a whole module shares; their logs are printed when any test of it failed."""
+    launcher = ServiceLauncher(cluster, tmp_path_factory.mktemp("services"))
+    failures = request.session.testsfailed
+    yield launcher
+    launcher.stop(show_logs=request.session.testsfailed > failures)
 
 
 @pytest.fixture

@@ -200,7 +200,8 @@ class Reconciler:
                 return None
             if not matched and (before is None or before.message != match_message):
                 await self.kube.event(written, match_reason, match_message, warning=True)
-            await self._adopt_endpoints(written, reps)
+            if proxy.name_not_a_label(written) is None:  # such a load balancer's pods cannot even be listed
+                await self._adopt_endpoints(written, reps)
             return message if reason in ADDRESS_RETRY_REASONS else None
 
     async def _service_id(self, lb: JSON, account: str) -> tuple[bool, str, str, int | None]:

@@ -1,0 +1,454 @@
+"""Issue #15's adversarial table: what a tenant, an agent or an Envoy may try through each door, and what stops it.
+
+One set of real services for the whole module, each under its chart's ServiceAccount: the webhook (registered for
+the module's tenant namespaces, and for cluster-scoped objects), the allocator and the RoutedIP controller. Two
+accounts are made with epicctl: the attacker's and the victim's.
+
+Each object case is played twice. Through the API server with the webhook in force it must be refused with a
+message naming the field and the rule, and nothing of it stored. Then the same object is created as if the webhook
+had been down (it carries a label the webhook's objectSelector skips): the service that owns it must park it with a
+condition and a reason, and do nothing half-way (no Deployment, no finalizer, no Job, no firewall port). No case may
+get a 5xx from the webhook (the API server then says "failed calling webhook"), and no service may crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import ssl
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.client import HTTPSConnection
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+
+from tollgate.cli.epicctl import main as epicctl_main
+from tollgate.models import kind_for
+from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
+from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
+from tollgate.routedip.providers.job import CLASS_LABEL
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.objects import (
+    Obj,
+    gwproxy,
+    listener,
+    load_balancer,
+    routed_ip,
+    routed_ip_class,
+    virtual_service,
+    with_value,
+)
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.wait import wait_for
+from tollgate.webhook.certs import generate
+from tollgate.webhook.k8s import register, unregister
+from tollgate.webhook.registration import Registration
+
+TENANT_LABEL = "adversarial.tollgate.io/tenant"
+ADMITTED_WHILE_DOWN = "adversarial.tollgate.io/admitted-while-webhook-down"
+SYSTEM_NAMESPACE = "tollgate-system"
+TOKEN_SECRET = "digitalocean-token"
+
+
+@dataclass
+class System:
+    """The running services, the accounts' namespaces and an API client."""
+
+    cluster: EmbeddedCluster
+    custom: client.CustomObjectsApi
+    core: client.CoreV1Api
+    attacker: str
+    victim: str
+    webhook_port: int
+    webhook_certs: Path
+    services: dict[str, ServiceProcess] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def create(self, obj: Obj, bypass_webhook: bool = False) -> Obj:
+        obj = json.loads(json.dumps(obj))
+        if bypass_webhook:
+            obj["metadata"].setdefault("labels", {})[ADMITTED_WHILE_DOWN] = "true"
+        info = kind_for(obj["apiVersion"], obj["kind"]).resource
+        if info.scope == "Cluster":
+            stored = self.custom.create_cluster_custom_object(info.group, info.version, info.plural, obj)
+        else:
+            namespace = obj["metadata"]["namespace"]
+            stored = self.custom.create_namespaced_custom_object(info.group, info.version, namespace, info.plural, obj)
+        return cast(Obj, stored)
+
+    def get(self, obj: Obj) -> Obj | None:
+        info = kind_for(obj["apiVersion"], obj["kind"]).resource
+        name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace")
+        try:
+            if info.scope == "Cluster":
+                return cast(Obj, self.custom.get_cluster_custom_object(info.group, info.version, info.plural, name))
+            return cast(
+                Obj, self.custom.get_namespaced_custom_object(info.group, info.version, namespace, info.plural, name)
+            )
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def refusal(self, obj: Obj) -> str:
+        try:
+            self.create(obj)
+        except client.ApiException as error:
+            return str(json.loads(error.body or "{}").get("message", error.body))
+        raise AssertionError(f"{obj['kind']} {obj['metadata']['name']} was accepted")
+
+    def webhook_post(self, path: str, body: bytes) -> int:
+        context = ssl.create_default_context(cafile=str(self.webhook_certs / "ca.crt"))
+        connection = HTTPSConnection("127.0.0.1", self.webhook_port, context=context, timeout=30)
+        try:
+            connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            return connection.getresponse().status
+        except (ConnectionError, OSError):
+            return 0  # the server closed the connection before answering: fine for an oversized body
+        finally:
+            connection.close()
+
+
+def epicctl(kubeconfig: Path, *args: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = epicctl_main([*args, "--kubeconfig", str(kubeconfig)])
+    assert code == 0, f"epicctl {' '.join(args)}: {err.getvalue()}"
+
+
+def make_account(cluster: EmbeddedCluster, core: client.CoreV1Api, label: str) -> str:
+    """An account made with epicctl, a service group `web`, and a NodePort Service `web`; its user namespace."""
+    name = f"adv-{uuid.uuid4().hex[:6]}"
+    epicctl(cluster.kubeconfig, "create", "user-namespace", name)
+    namespace = f"epic-{name}"
+    cluster.kubectl("label", "namespace", namespace, f"{TENANT_LABEL}={label}")
+    group = {
+        "apiVersion": "epic.acnodal.io/v1",
+        "kind": "LBServiceGroup",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"envoy-replica-count": 1},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(group))
+    spec = {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}
+    core.create_namespaced_service(namespace, {"metadata": {"name": "web"}, "spec": spec})  # type: ignore[arg-type]
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def system(
+    cluster: EmbeddedCluster,
+    kube: client.ApiClient,
+    core: client.CoreV1Api,
+    run_module_service: ServiceFactory,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[System]:
+    label = uuid.uuid4().hex[:10]
+    certs = tmp_path_factory.mktemp("webhook-tls")
+    bundle = generate(["127.0.0.1"])
+    bundle.write(certs)
+    port = free_port()
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    token = {"metadata": {"name": TOKEN_SECRET}, "stringData": {"token": "adversarial"}}
+    core.create_namespaced_secret(SYSTEM_NAMESPACE, token)  # type: ignore[arg-type]
+    registration = Registration(
+        ca_bundle=bundle.ca,
+        url=f"https://127.0.0.1:{port}",
+        name=f"tollgate-webhook-adversarial-{label}",
+        namespace_selector={"matchLabels": {TENANT_LABEL: label}},
+        object_selector={"matchExpressions": [{"key": ADMITTED_WHILE_DOWN, "operator": "DoesNotExist"}]},
+    )
+    services = {
+        "webhook": run_module_service(
+            "webhook",
+            rbac=True,
+            env={
+                "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
+                "TOLLGATE_WEBHOOK_PORT": str(port),
+                "TOLLGATE_WEBHOOK_CERT_DIR": str(certs),
+                "TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES": str(64 * 1024),
+            },
+        ),
+        "allocator": run_module_service(
+            "allocator",
+            rbac=True,
+            env={
+                "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{free_port()}",
+                "TOLLGATE_ALLOCATOR_XDS_ADDRESS": "127.0.0.1:18000",
+                "TOLLGATE_ALLOCATOR_GUE_ADDRESS": "192.168.1.40",
+            },
+        ),
+        "routedip": run_module_service(
+            "routedip", rbac=True, env={"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": SYSTEM_NAMESPACE}
+        ),
+    }
+    attacker = make_account(cluster, core, label)
+    victim = make_account(cluster, core, label)
+    register(kube, registration)
+    system = System(
+        cluster,
+        client.CustomObjectsApi(kube),
+        core,
+        attacker,
+        victim,
+        port,
+        certs,
+        services,
+        {name: service.process.pid for name, service in services.items() if service.process is not None},
+    )
+    try:
+        probe = load_balancer(attacker, "probe", {"public-ports": [{"port": ADMIN_PORT}]})
+        wait_for(
+            lambda: "denied the request" in system.refusal(probe),
+            "the webhook configurations to be in force",
+            timeout=30,
+            ignore=(AssertionError,),
+        )
+        yield system
+    finally:
+        unregister(kube, registration.name)
+        for namespace in (attacker, victim):
+            system.custom.delete_collection_namespaced_custom_object(
+                ROUTEDIP_GROUP, ROUTEDIP_VERSION, namespace, "routedips"
+            )
+        for obj in system.custom.list_cluster_custom_object(ROUTEDIP_GROUP, ROUTEDIP_VERSION, "clusterroutedipclasses")[
+            "items"
+        ]:
+            if obj["metadata"]["name"].startswith(f"adv-{label}"):
+                system.custom.delete_cluster_custom_object(
+                    ROUTEDIP_GROUP, ROUTEDIP_VERSION, "clusterroutedipclasses", obj["metadata"]["name"]
+                )
+        for namespace in (attacker, victim):
+            account = namespace.removeprefix("epic-")
+            cluster.kubectl("delete", "account", account, "-n", namespace, "--wait=false", check=False)
+        core.delete_namespaced_secret(TOKEN_SECRET, SYSTEM_NAMESPACE)
+
+
+# ---- the table ----
+
+
+def condition(obj: Obj | None, type_: str) -> Obj:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What the owning service does with the object when it got past a down webhook."""
+
+    condition: str
+    reason: str
+    status: str = "False"
+    nothing_done: Callable[[System, Obj], list[str]] = lambda system, obj: []
+
+
+@dataclass(frozen=True)
+class ObjectCase:
+    id: str
+    finding: str
+    build: Callable[[System, str], Obj]  # (system, unique suffix) -> the object
+    field: str  # the refusal names it
+    rule: str  # and says this
+    parked: Parked | None = None
+
+
+def no_deployment(system: System, obj: Obj) -> list[str]:
+    deployments = client.AppsV1Api(system.core.api_client).list_namespaced_deployment(obj["metadata"]["namespace"])
+    return [f"Deployment {d.metadata.name} was created" for d in deployments.items]
+
+
+def no_finalizer(system: System, obj: Obj) -> list[str]:
+    stored = system.get(obj) or {}
+    return [f"finalizers {f}" for f in stored.get("metadata", {}).get("finalizers") or []]
+
+
+def no_job(system: System, obj: Obj) -> list[str]:
+    uid = (system.get(obj) or {}).get("metadata", {}).get("uid", "")
+    jobs = client.BatchV1Api(system.core.api_client).list_namespaced_job(
+        SYSTEM_NAMESPACE, label_selector=f"{CLASS_LABEL}={uid}"
+    )
+    return [f"Job {j.metadata.name} was created" for j in jobs.items]
+
+
+def class_name(suffix: str) -> str:
+    return f"adv-{suffix}"
+
+
+def digitalocean_class(url: str) -> Callable[[System, str], Obj]:
+    def build(system: System, suffix: str) -> Obj:
+        token = [{"name": TOKEN_SECRET, "namespace": SYSTEM_NAMESPACE}]
+        return routed_ip_class(
+            class_name(suffix),
+            "digitalocean",
+            fromSecretsRef=token,
+            digitalocean={"apiURL": url, "firewallID": "fw"},
+        )
+
+    return build
+
+
+def job_class(**pod: Any) -> Callable[[System, str], Obj]:
+    def build(system: System, suffix: str) -> Obj:
+        spec = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]} | pod
+        return routed_ip_class(class_name(suffix), "job", updateRoutedIP={"template": {"spec": spec}})
+
+    return build
+
+
+def other_tenants_service(system: System, suffix: str) -> Obj:
+    rip_class = routed_ip_class(class_name(suffix))
+    if system.get(rip_class) is None:
+        system.create(rip_class)
+    return routed_ip(system.attacker, "203.0.113.51", class_name(suffix), system.victim, name=f"rip-{suffix}")
+
+
+TEMPLATE = "spec.updateRoutedIP.template.spec"
+OBJECT_CASES = [
+    ObjectCase(
+        "lb-name-too-long",
+        "a name too long for a label makes the allocator retry forever",
+        lambda s, x: load_balancer(s.attacker, f"l{x}" + "l" * 60, {"service-group": "web"}),
+        "metadata.name",
+        "above the 63 of a label value",
+        Parked("Ready", "NameTooLong", nothing_done=no_deployment),
+    ),
+    ObjectCase(
+        "lb-admin-port",
+        "a public port on Envoy's admin port breaks every Envoy of the load balancer",
+        lambda s, x: load_balancer(s.attacker, f"lb-{x}", {"public-ports": [{"port": ADMIN_PORT}]}),
+        "spec.public-ports[0].port",
+        "is the Envoy admin port",
+    ),
+    ObjectCase(
+        "gwproxy-admin-listener",
+        "a gateway listener on Envoy's admin port",
+        lambda s, x: gwproxy(
+            s.attacker, {"gateway": {"listeners": [{"name": "a", "port": ADMIN_PORT, "protocol": "HTTP"}]}}, f"g-{x}"
+        ),
+        "spec.gateway.listeners[0].port",
+        "is the Envoy admin port",
+    ),
+    ObjectCase(
+        "vs-admin-port",
+        "a VirtualService tcp listener on Envoy's admin port",
+        lambda s, x: virtual_service(s.attacker, listener("admin", ADMIN_PORT, "tcp"), name=f"vs-{x}"),
+        "spec.listeners[0].tcp.port",
+        "is the Envoy admin port",
+    ),
+    ObjectCase(
+        "vs-xds-cluster-name",
+        "a cluster named like the bootstrap's xDS cluster replaces the Envoy's own control-plane connection",
+        lambda s, x: virtual_service(
+            s.attacker, with_value(listener("x", 4010), "udp.cluster.name", XDS_CLUSTER), name=f"vs-{x}"
+        ),
+        "spec.listeners[0].udp.cluster.name",
+        "is reserved",
+    ),
+    ObjectCase(
+        "rip-other-tenants-service",
+        "a RoutedIP naming another tenant's Service opens its NodePorts in the cloud firewall",
+        other_tenants_service,
+        "spec.serviceRef.namespace",
+        "must be the RoutedIP's own namespace",
+        Parked("Ready", "ServiceRefNotAllowed", nothing_done=no_finalizer),
+    ),
+    ObjectCase(
+        "class-plain-http-api",
+        "a class sends the DigitalOcean token over plain http",
+        digitalocean_class("http://127.0.0.1:9"),
+        "spec.digitalocean.apiURL",
+        "must be https",
+        Parked("Accepted", "APIURLNotAllowed"),
+    ),
+    ObjectCase(
+        "class-api-off-the-allow-list",
+        "a class sends the DigitalOcean token to a server of its author's choice",
+        digitalocean_class("https://collector.example.com"),
+        "spec.digitalocean.apiURL",
+        "is not on the allow-list",
+        Parked("Accepted", "APIURLNotAllowed"),
+    ),
+    ObjectCase(
+        "class-job-service-account",
+        "a job template runs with the controller's ServiceAccount",
+        job_class(serviceAccountName="tollgate-routedip"),
+        f"{TEMPLATE}.serviceAccountName",
+        "the chart's ServiceAccount for Jobs",
+        Parked("Accepted", "PrivilegedJobTemplate", nothing_done=no_job),
+    ),
+    ObjectCase(
+        "class-job-host-network",
+        "a job template joins the node's network namespace",
+        job_class(hostNetwork=True),
+        f"{TEMPLATE}.hostNetwork",
+        "provider Jobs do not share the node's namespaces",
+        Parked("Accepted", "PrivilegedJobTemplate", nothing_done=no_job),
+    ),
+    ObjectCase(
+        "class-job-privileged",
+        "a job template runs a privileged container",
+        job_class(containers=[{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}]),
+        f"{TEMPLATE}.containers[0].securityContext.privileged",
+        "provider Jobs run unprivileged",
+        Parked("Accepted", "PrivilegedJobTemplate", nothing_done=no_job),
+    ),
+]
+
+
+def unique() -> str:
+    return uuid.uuid4().hex[:5]
+
+
+@pytest.mark.parametrize("case", OBJECT_CASES, ids=lambda case: case.id)
+def test_refused_at_admission_naming_the_field_and_nothing_is_stored(system: System, case: ObjectCase) -> None:
+    obj = case.build(system, unique())
+    message = system.refusal(obj)
+    assert "failed calling webhook" not in message, f"the webhook failed instead of answering: {message}"
+    assert "denied the request" in message, message
+    assert f"{case.field}: " in message and case.rule in message, message
+    assert system.get(obj) is None, "refused, yet stored"
+
+
+@pytest.mark.parametrize("case", [c for c in OBJECT_CASES if c.parked], ids=lambda case: case.id)
+def test_admitted_while_the_webhook_was_down_the_service_parks_it_and_does_nothing(
+    system: System, case: ObjectCase
+) -> None:
+    parked = case.parked
+    assert parked is not None
+    obj = case.build(system, unique())
+    system.create(obj, bypass_webhook=True)
+
+    def state() -> Obj | None:
+        found = condition(system.get(obj), parked.condition)
+        return found if found.get("reason") == parked.reason else None
+
+    found = wait_for(state, f"{obj['kind']} {obj['metadata']['name']} {parked.condition} {parked.reason}", timeout=60)
+    assert found["status"] == parked.status
+    assert case.field in found["message"], found["message"]
+    assert parked.nothing_done(system, obj) == []
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "status"),
+    [
+        ("malformed-json", b"{", 400),
+        ("json-nested-10000-deep", b"[" * 10_000 + b"]" * 10_000, 400),
+        ("body-above-the-limit", b" " * (128 * 1024), 413),
+    ],
+)
+def test_hostile_bodies_at_the_webhooks_own_port_get_a_4xx(system: System, case: str, body: bytes, status: int) -> None:
+    assert system.webhook_post("/validate/epic.acnodal.io/v1/loadbalancers", body) == status
+
+
+def test_no_service_crashed_or_logged_a_traceback(system: System) -> None:
+    """Runs last in the module: every case above went through the same processes."""
+    for name, service in system.services.items():
+        assert service.process is not None and service.process.poll() is None, f"{name} exited"
+        assert service.process.pid == system.pids[name]
+        assert "Traceback" not in service.logs(), f"{name} logged a traceback:\n{service.logs()[-4000:]}"
