@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tollgate.cli import epicctl
+from tollgate.cli import epicctl, render
 
 NOW = datetime(2026, 1, 2, 0, 0, 0, tzinfo=UTC)
 GUE = {"port": 6080, "protocol": "UDP"}
@@ -37,18 +37,18 @@ LB = {
      ("2025-12-20T00:00:00Z", "13d"), (None, "<unknown>")],
 )  # fmt: skip
 def test_age_reads_like_kubectl(stamp: str | None, expected: str) -> None:
-    assert epicctl.age(stamp, NOW) == expected
+    assert render.age(stamp, NOW) == expected
 
 
 def test_table_aligns_columns_under_upper_case_headers() -> None:
-    rendered = epicctl.table(
+    rendered = render.table(
         [{"name": "a", "ready": "True"}, {"name": "long-name", "ready": "False"}], ["name", "ready"]
     )
     assert rendered.splitlines() == ["NAME        READY", "a           True", "long-name   False"]
 
 
 def test_tunnels_are_listed_by_tunnel_id_with_their_account_and_node() -> None:
-    rows = epicctl.tunnel_rows([LB])
+    rows = render.tunnel_rows([LB])
     assert [(r["account"], r["node"], r["tunnel-id"], r["epic-port"]) for r in rows] == [
         ("acme", "10.0.0.1", "3", "6080/UDP"),
         ("acme", "10.0.0.2", "9", "6080/UDP"),
@@ -62,7 +62,7 @@ def test_endpoints_are_listed_by_address_port_and_protocol_with_their_node() -> 
         return {"metadata": {"name": name, "namespace": "epic-acme"}, "spec": spec,
                 "status": {"conditions": [ready]} | ({"tunnel-id": tunnel} if tunnel else {})}  # fmt: skip
 
-    rows = epicctl.endpoint_rows(
+    rows = render.endpoint_rows(
         [rep("a", {"port": 8080, "protocol": "TCP", "name": "http"}, "10.1.0.1", 3), rep("b", {"port": 53}, None, None)]
     )
     assert [(r["endpoint"], r["port-name"], r["node"], r["tunnel-id"], r["ready"]) for r in rows] == [
@@ -72,11 +72,11 @@ def test_endpoints_are_listed_by_address_port_and_protocol_with_their_node() -> 
 
 
 def test_load_balancer_rows_and_description() -> None:
-    row = epicctl.lb_rows([LB])[0]
+    row = render.lb_rows([LB])[0]
     assert (row["account"], row["service-id"], row["ports"], row["tunnels"], row["ready"]) == (
         "acme", "2", "80/TCP", "2", "True"
     )  # fmt: skip
-    text = epicctl.describe_lb(LB, [{"type": "Normal", "reason": "ServiceIDAllocated", "message": "allocated"}])
+    text = render.describe_lb(LB, [{"type": "Normal", "reason": "ServiceIDAllocated", "message": "allocated"}])
     assert "Service ID:      2" in text
     assert "  80/TCP -> 80" in text
     assert "ServiceIDAllocated" in text
