@@ -319,7 +319,7 @@ def completion(shell: str) -> None:
     fish_source)."""
     completer = get_completion_class(shell)
     assert completer is not None  # every choice is a shell click knows
-    click.echo(completer(cli, {}, PROG, COMPLETE_VAR).source())
+    click.echo(completer(cli, {}, PROG, COMPLETE_VAR).source(), nl=False)
 
 
 def main(argv: list[str] | None = None) -> int:
