@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +200,19 @@ def test_version_reports_the_api_server_and_each_service_deployment(
     text = epicctl("version").stdout.splitlines()
     assert text[:2] == ["Client Version: 0.1.0", f"Server Version: {reported['server']['kubernetes']}"]
     assert text[2].split() == ["COMPONENT", "VERSION", "IMAGE", "NAMESPACE", "READY"]
+
+
+def test_completion_offers_the_kubeconfig_contexts_and_the_cluster_accounts(account: str, home: Path) -> None:
+    """Through the console script, as the bash completion script calls it."""
+    script = Path(sys.executable).with_name("epicctl")
+
+    def candidates(*words: str) -> list[str]:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "_EPICCTL_COMPLETE": "bash_complete",
+               "COMP_WORDS": " ".join(["epicctl", *words]), "COMP_CWORD": str(len(words))}  # fmt: skip
+        done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60, check=True)
+        return [line.removeprefix("plain,") for line in done.stdout.splitlines() if line]
+
+    assert candidates("--context", "") == [LIVE, DEAD]
+    assert account in candidates("get", "lb", "-a", account[:6])
+    assert candidates("get", "lb", "-a", account) == [account]
+    assert candidates("--context", DEAD, "get", "lb", "-a", "") == [], "no cluster, no candidates, no error"
