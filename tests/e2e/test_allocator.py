@@ -404,19 +404,19 @@ async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     assert ids["other"] == 1, "accounts are independent of each other"
     assert get(custom, "accounts", namespace, first)["status"]["current-service-id"] == 2
 
-    listed = json.loads(epicctl(cluster, "get", "loadbalancers", "-n", first, "-o", "json").stdout)
-    assert sorted(lb["metadata"]["name"] for lb in listed) == ["one", "two"]
+    listed = json.loads(epicctl(cluster, "get", "loadbalancers", "-a", first, "-o", "json").stdout)
+    assert sorted(lb["metadata"]["name"] for lb in listed["items"]) == ["one", "two"]
     script = Path(sys.executable).with_name("epicctl")
     command = [str(script), "get", "accounts", "--kubeconfig", str(cluster.kubeconfig)]
     listing = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60, check=True)
     table = listing.stdout.splitlines()
     assert table[0].split() == ["NAME", "NAMESPACE", "READY", "AGE"]
     assert any(line.split()[:3] == [first, namespace, "True"] for line in table[1:])
-    described = epicctl(cluster, "describe", "lb", "one", "-n", first).stdout
+    described = epicctl(cluster, "describe", "lb", "one", "-a", first).stdout
     assert f"Account:         {first}" in described
     assert "ServiceIDAllocated" in described
-    missing = epicctl(cluster, "describe", "lb", "nope", "-n", first, check=False)
-    assert missing.returncode == 1
+    missing = epicctl(cluster, "describe", "lb", "nope", "-a", first, check=False)
+    assert missing.returncode == 3
     assert missing.stderr.strip() == f"epicctl: load balancer 'nope' not found in account {first}"
 
     # Something else holds one load balancer: the account waits for it and says so.
@@ -564,13 +564,13 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
         ("api", "10.1.0.1", first.tunnel.tunnel_id), ("api", "", 0)
     }  # fmt: skip
 
-    listed = epicctl(cluster, "get", "tunnels", "-n", account).stdout.splitlines()
+    listed = epicctl(cluster, "get", "tunnels", "-a", account).stdout.splitlines()
     assert listed[0].split() == ["ACCOUNT", "LOAD-BALANCER", "NODE", "TUNNEL-ID", "EPIC-ADDRESS", "EPIC-PORT"]
     # No Envoy pod (replica count 0): tunnels end at the EPIC singleton's gue-endpoint, whichever allocator made it.
     gue = get(custom, "epics", "epic", "epic")["spec"]["gue-endpoint"]["epic-address"]
     assert listed[1].split() == [account, "api", "10.1.0.1", str(first.tunnel.tunnel_id), gue, "6080/UDP"]
     assert len(listed) == 2, "one tunnel for the node's three endpoints"
-    endpoints = epicctl(cluster, "get", "endpoints", "-n", account).stdout.splitlines()
+    endpoints = epicctl(cluster, "get", "endpoints", "-a", account).stdout.splitlines()
     assert len(endpoints) == 5
     assert [account, "api", "api-10-1-0-7-8443-tcp", "10.1.0.7:8443/TCP", "https", "10.1.0.1"] == (
         endpoints[3].split()[:6]

@@ -1,338 +1,341 @@
-"""`epicctl`: user namespaces, accounts, load balancers and tunnels of an EPIC system.
+"""`epicctl`: user namespaces, accounts, load balancers and tunnels of an EPIC system, with kubectl's habits.
 
     epicctl create user-namespace NAME
-    epicctl get accounts
-    epicctl get loadbalancers [-n ACCOUNT]
-    epicctl get tunnels [-n ACCOUNT]
-    epicctl get endpoints [-n ACCOUNT]
-    epicctl describe lb NAME [-n ACCOUNT]
+    epicctl get accounts | loadbalancers | tunnels | endpoints [-a ACCOUNT] [-o table|wide|json|yaml|name]
+    epicctl describe lb NAME [-a ACCOUNT]
+    epicctl version [--client]
+    epicctl completion bash|zsh|fish
 
-Every command takes `-o table|json|yaml` and `--kubeconfig`. Errors print one line and exit non-zero.
+`--kubeconfig` and `--context` go before or after the command, and the cluster is found as kubectl finds it
+(tollgate.cli.kubeconfig). A failure prints one line and exits with its code (tollgate.cli.exits).
+
+Each command is thin: it reads through `Session.epic()` (tollgate.cli.api) and prints with `show`/`show_list`
+(tollgate.cli.render). A new command is a function with `@connection_options` and `@click.pass_obj`.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
+import functools
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import click
 import yaml
+from click.shell_completion import CompletionItem, get_completion_class
 from kubernetes import client
 
-from tollgate.models.base import condition_status, parse_rfc3339
-from tollgate.models.epic import (
-    ACCOUNT_LABEL,
-    NAMESPACE_CREATED_FOR,
-    USER_NAMESPACE_LABEL,
-    Account,
-    AccountSpec,
-    LoadBalancer,
-    RemoteEndpoint,
-    account_namespace,
-    account_of,
-)
-from tollgate.runtime.kube import api_client
+from tollgate.cli import kubeconfig, render
+from tollgate.cli.api import EPICClient
+from tollgate.cli.exits import Exit, classify
+from tollgate.models.base import ResourceInfo
+from tollgate.models.epic import Account, LoadBalancer, RemoteEndpoint, account_namespace
 
 JSON = dict[str, Any]
-Row = dict[str, str]
+Command = Callable[..., Any]
+PROG = "epicctl"
+COMPLETE_VAR = "_EPICCTL_COMPLETE"
+SHELLS = ("bash", "zsh", "fish")
+LIST_OUTPUTS = ("table", "wide", "json", "yaml", "name")
+DEPRECATED_N = f"{PROG}: flag -n is deprecated, use -a/--account (to kubectl users -n is the namespace)"
 
 
-class CommandError(Exception):
-    """A failure the user can act on; printed as one line."""
+class Session:
+    """What the connection flags chose, wherever they stood on the command line, and the client made from it."""
+
+    def __init__(self) -> None:
+        self.kubeconfig: Path | None = None
+        self.context: str | None = None
+        self._epic: EPICClient | None = None
+
+    def epic(self) -> EPICClient:
+        if self._epic is None:
+            self._epic = EPICClient(kubeconfig.load(self.kubeconfig, self.context))
+        return self._epic
 
 
-def age(timestamp: str | None, now: datetime | None = None) -> str:
-    """kubectl's compact age: 42s, 7m, 3h, 12d."""
-    then = parse_rfc3339(timestamp)
-    if then is None:
-        return "<unknown>"
-    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 2 * 3600:
-        return f"{seconds // 60}m"
-    if seconds < 2 * 86400:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None and param.name:
+        setattr(ctx.ensure_object(Session), param.name, value)
 
 
-def table(rows: Sequence[Row], columns: Sequence[str]) -> str:
-    """Left-aligned columns separated by three spaces, as kubectl prints them."""
-    widths = {c: max([len(c), *(len(r.get(c, "")) for r in rows)]) for c in columns}
-    lines = ["   ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
-    lines += ["   ".join(r.get(c, "").ljust(widths[c]) for c in columns).rstrip() for r in rows]
-    return "\n".join(lines)
+def _complete_contexts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    session = ctx.ensure_object(Session)
+    try:
+        files = kubeconfig.kubeconfig_files(session.kubeconfig, os.environ, Path.home()) or []
+        merged = kubeconfig.merge([(f, kubeconfig.read(f)) for f in files])
+    except kubeconfig.KubeconfigError:
+        return []
+    return [CompletionItem(c["name"]) for c in merged["contexts"] if str(c["name"]).startswith(incomplete)]
 
 
-def account_rows(accounts: list[JSON]) -> list[Row]:
-    return [
-        {
-            "name": a["metadata"]["name"],
-            "namespace": a["metadata"]["namespace"],
-            "ready": condition_status(a, "Ready"),
-            "age": age(a["metadata"].get("creationTimestamp")),
-        }
-        for a in accounts
-    ]
+def _complete_accounts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    try:
+        accounts = ctx.ensure_object(Session).epic().accounts()
+    except Exception:  # completion must never fail the shell: no cluster, no candidates
+        return []
+    return [CompletionItem(a["metadata"]["name"]) for a in accounts if a["metadata"]["name"].startswith(incomplete)]
 
 
-def lb_rows(lbs: list[JSON]) -> list[Row]:
-    rows = []
-    for lb in lbs:
-        spec, status = lb.get("spec") or {}, lb.get("status") or {}
-        ports = ",".join(f"{p['port']}/{p.get('protocol', 'TCP')}" for p in spec.get("public-ports") or [])
-        rows.append(
-            {
-                "account": account_of(lb["metadata"]["namespace"]),
-                "name": lb["metadata"]["name"],
-                "service-id": str(spec.get("service-id", "")),
-                "address": str(spec.get("public-address", "")),
-                "ports": ports,
-                "group": str(spec.get("service-group", "")),
-                "tunnels": str(len(status.get("gue-tunnel-endpoints") or {})),
-                "ready": condition_status(lb, "Ready"),
-                "age": age(lb["metadata"].get("creationTimestamp")),
-            }
-        )
-    return rows
+def connection_options(command: Command) -> Command:
+    """`--kubeconfig` and `--context`, accepted on the top-level command and on every subcommand (as kubectl does)."""
+    command = click.option(
+        "--context", metavar="NAME", expose_value=False, callback=_remember, shell_complete=_complete_contexts,
+        help="The kubeconfig context to use (default: its current-context).",
+    )(command)  # fmt: skip
+    return click.option(
+        "--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), expose_value=False, callback=_remember,
+        help="The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster).",
+    )(command)  # fmt: skip
 
 
-def tunnel_rows(lbs: list[JSON]) -> list[Row]:
-    rows = []
-    for lb in lbs:
-        for node, entry in sorted(((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).items()):
-            port = entry.get("epic-port") or {}
-            rows.append(
-                {
-                    "account": account_of(lb["metadata"]["namespace"]),
-                    "load-balancer": lb["metadata"]["name"],
-                    "node": node,
-                    "tunnel-id": str(entry.get("tunnel-id", "")),
-                    "epic-address": str(entry.get("epic-address", "")),
-                    "epic-port": f"{port.get('port', '')}/{port.get('protocol', '')}",
-                }
-            )
-    return sorted(rows, key=lambda r: int(r["tunnel-id"] or 0))
-
-
-def endpoint_rows(reps: list[JSON]) -> list[Row]:
-    rows = []
-    for rep in reps:
-        spec, status = rep.get("spec") or {}, rep.get("status") or {}
-        port = spec.get("port") or {}
-        rows.append(
-            {
-                "account": account_of(rep["metadata"]["namespace"]),
-                "load-balancer": str(spec.get("load-balancer", "")),
-                "name": rep["metadata"]["name"],
-                "endpoint": f"{spec.get('address', '')}:{port.get('port', '')}/{port.get('protocol', 'TCP')}",
-                "port-name": str(port.get("name") or ""),
-                "node": str(spec.get("node-address") or "<ad hoc>"),
-                "tunnel-id": str(status.get("tunnel-id", "")),
-                "ready": condition_status(rep, "Ready"),
-            }
-        )
-    return rows
-
-
-def describe_lb(lb: JSON, events: list[JSON]) -> str:
-    meta, spec, status = lb["metadata"], lb.get("spec") or {}, lb.get("status") or {}
-    lines = [
-        f"Name:            {meta['name']}",
-        f"Account:         {account_of(meta['namespace'])}",
-        f"Namespace:       {meta['namespace']}",
-        f"Service ID:      {spec.get('service-id', '<none>')}",
-        f"Public address:  {spec.get('public-address', '<none>')}",
-        f"Service group:   {spec.get('service-group', '')}",
-        "Public ports:",
-    ]
-    for port in spec.get("public-ports") or []:
-        lines.append(f"  {port['port']}/{port.get('protocol', 'TCP')} -> {port.get('targetPort', port['port'])}")
-    lines.append("Conditions:")
-    conditions = status.get("conditions") or []
-    rows = [{k: str(c.get(k, "")) for k in ("type", "status", "reason", "message")} for c in conditions]
-    lines += ["  " + line for line in table(rows, ["type", "status", "reason", "message"]).splitlines()]
-    lines.append("Tunnels:")
-    tunnels = tunnel_rows([lb])
-    lines += ["  " + line for line in table(tunnels, ["node", "tunnel-id", "epic-address", "epic-port"]).splitlines()]
-    lines.append("Events:")
-    event_rows = [
-        {
-            "type": str(e.get("type", "")),
-            "reason": str(e.get("reason", "")),
-            "age": age(e.get("lastTimestamp") or e.get("eventTime")),
-            "message": str(e.get("message", "")),
-        }
-        for e in events
-    ]
-    lines += ["  " + line for line in table(event_rows, ["type", "reason", "age", "message"]).splitlines()]
-    return "\n".join(lines)
-
-
-class EPICClient:
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-
-    def _list(self, kind: Any, namespace: str | None) -> list[JSON]:
-        info = kind.resource
-        result: JSON
-        if namespace is None:
-            result = self.custom.list_cluster_custom_object(info.group, info.version, info.plural)  # type: ignore[assignment]
-        else:
-            result = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
-                info.group, info.version, namespace, info.plural
-            )
-        items: list[JSON] = result["items"]
-        return sorted(items, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
-
-    def create_user_namespace(self, name: str) -> JSON:
-        namespace = account_namespace(name)
-        labels = {USER_NAMESPACE_LABEL: "true", ACCOUNT_LABEL: name}
-        try:
-            metadata = client.V1ObjectMeta(name=namespace, labels=labels, annotations={NAMESPACE_CREATED_FOR: name})
-            self.core.create_namespace(client.V1Namespace(metadata=metadata))
-        except client.ApiException as error:
-            if error.status == 409:
-                raise CommandError(f"user namespace {namespace} already exists") from None
-            raise
-        body = Account.new(name, AccountSpec(), namespace=namespace).to_wire()
-        info = Account.resource
-        created: JSON = self.custom.create_namespaced_custom_object(  # type: ignore[assignment]
-            info.group, info.version, namespace, info.plural, body
-        )
-        return created
-
-    def accounts(self) -> list[JSON]:
-        return self._list(Account, None)
-
-    def load_balancers(self, account: str | None) -> list[JSON]:
-        return self._list(LoadBalancer, account_namespace(account) if account else None)
-
-    def endpoints(self, account: str | None) -> list[JSON]:
-        return self._list(RemoteEndpoint, account_namespace(account) if account else None)
-
-    def load_balancer(self, account: str | None, name: str) -> JSON:
-        candidates = [lb for lb in self.load_balancers(account) if lb["metadata"]["name"] == name]
-        if not candidates:
-            where = f" in account {account}" if account else ""
-            raise CommandError(f"load balancer {name!r} not found{where}")
-        if len(candidates) > 1:
-            owners = ", ".join(account_of(lb["metadata"]["namespace"]) for lb in candidates)
-            raise CommandError(f"load balancer {name!r} exists in several accounts ({owners}): pick one with -n")
-        return candidates[0]
-
-    def events(self, obj: JSON) -> list[JSON]:
-        meta = obj["metadata"]
-        selector = f"involvedObject.uid={meta['uid']}"
-        listed = self.core.list_namespaced_event(meta["namespace"], field_selector=selector)
-        events: list[JSON] = self.api.sanitize_for_serialization(listed.items)  # type: ignore[no-untyped-call]
-        return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-
-
-def emit(data: Any, output: str, render: Callable[[], str]) -> None:
-    if output == "json":
-        print(json.dumps(data, indent=2, sort_keys=True))
-    elif output == "yaml":
-        print(yaml.safe_dump(data, sort_keys=False).rstrip())
-    else:
-        print(render())
-
-
-def parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
-    common.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    top = argparse.ArgumentParser(prog="epicctl", description="Manage an EPIC system's accounts and load balancers.")
-    verbs = top.add_subparsers(dest="verb", required=True)
-
-    create = verbs.add_parser("create", help="create a user namespace and its account")
-    create_what = create.add_subparsers(dest="what", required=True)
-    user_ns = create_what.add_parser("user-namespace", parents=[common], help="a user namespace and its Account")
-    user_ns.add_argument("name", help="account name; the namespace is epic-NAME")
-
-    get = verbs.add_parser("get", help="list accounts, load balancers, tunnels or endpoints")
-    get_what = get.add_subparsers(dest="what", required=True)
-    get_what.add_parser("accounts", aliases=["account", "acct"], parents=[common])
-    listed = (
-        ("loadbalancers", ["loadbalancer", "lb", "lbs"]),
-        ("tunnels", ["tunnel"]),
-        ("endpoints", ["endpoint", "remoteendpoints", "rep"]),
+def output_option(*choices: str) -> Callable[[Command], Command]:
+    return click.option(
+        "-o", "--output", type=click.Choice(choices), default="table", show_default=True, help="Output format."
     )
-    for name, aliases in listed:
-        sub = get_what.add_parser(name, aliases=aliases, parents=[common])
-        sub.add_argument("-n", "--account", help="only this account")
-
-    describe = verbs.add_parser("describe", help="show one load balancer in detail")
-    describe_what = describe.add_subparsers(dest="what", required=True)
-    lb = describe_what.add_parser("lb", aliases=["loadbalancer"], parents=[common])
-    lb.add_argument("name")
-    lb.add_argument("-n", "--account", help="the load balancer's account (needed when the name is not unique)")
-    return top
 
 
-ALIASES = {
-    "account": "accounts",
-    "acct": "accounts",
-    "loadbalancer": "loadbalancers",
-    "lb": "loadbalancers",
-    "lbs": "loadbalancers",
-    "tunnel": "tunnels",
-    "endpoint": "endpoints",
-    "remoteendpoints": "endpoints",
-    "rep": "endpoints",
-}
+def account_option(help_text: str) -> Callable[[Command], Command]:
+    """`-a/--account`, and the old `-n` as a deprecated alias that warns on stderr."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def merged(*args: Any, account: str | None, legacy_account: str | None, **kwargs: Any) -> Any:
+            if legacy_account is not None:
+                click.echo(DEPRECATED_N, err=True)
+                if account not in (None, legacy_account):
+                    raise click.UsageError(f"-n {legacy_account} and -a {account} name different accounts")
+                account = legacy_account
+            return command(*args, account=account, **kwargs)
+
+        merged = click.option("-n", "legacy_account", metavar="ACCOUNT", hidden=True)(merged)
+        return click.option("-a", "--account", metavar="ACCOUNT", help=help_text, shell_complete=_complete_accounts)(
+            merged
+        )
+
+    return decorate
 
 
-def run(args: argparse.Namespace, epic: EPICClient) -> None:
-    if args.verb == "create":
-        created = epic.create_user_namespace(args.name)
-        done = f"user namespace {account_namespace(args.name)} and account {args.name} created"
-        emit(created, args.output, lambda: done)
-    elif args.verb == "describe":
-        found = epic.load_balancer(args.account, args.name)
-        emit(found, args.output, lambda: describe_lb(found, epic.events(found)))
-    elif ALIASES.get(args.what, args.what) == "accounts":
-        accounts = epic.accounts()
-        emit(accounts, args.output, lambda: table(account_rows(accounts), ["name", "namespace", "ready", "age"]))
-    elif ALIASES.get(args.what, args.what) == "loadbalancers":
-        lbs = epic.load_balancers(args.account)
-        columns = ["account", "name", "service-id", "address", "ports", "group", "tunnels", "ready", "age"]
-        emit(lbs, args.output, lambda: table(lb_rows(lbs), columns))
-    elif ALIASES.get(args.what, args.what) == "endpoints":
-        reps = epic.endpoints(args.account)
-        columns = ["account", "load-balancer", "name", "endpoint", "port-name", "node", "tunnel-id", "ready"]
-        emit(reps, args.output, lambda: table(endpoint_rows(reps), columns))
+def emit(data: Any, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        rows = tunnel_rows(epic.load_balancers(args.account))
-        columns = ["account", "load-balancer", "node", "tunnel-id", "epic-address", "epic-port"]
-        emit(rows, args.output, lambda: table(rows, columns))
+        click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+def show(obj: JSON, output: str, info: ResourceInfo, text: Callable[[], str]) -> None:
+    """One object: its text (table), its `kind.group/name` line (name), or itself (json, yaml)."""
+    if output == "table":
+        click.echo(text())
+    elif output == "name":
+        click.echo(render.names([obj], info))
+    else:
+        emit(obj, output)
+
+
+def show_list(
+    items: list[JSON], output: str, info: ResourceInfo, rows: Callable[[list[JSON]], list[render.Row]],
+    listing: tuple[list[str], list[str]],
+) -> None:  # fmt: skip
+    """Objects as `kubectl get` prints them: a table (wide: more columns), names, or a List (json, yaml)."""
+    if output in ("table", "wide"):
+        if items:
+            click.echo(render.table(rows(items), render.columns(listing, output == "wide")))
+        else:
+            click.echo("No resources found.", err=True)
+    elif output == "name":
+        if items:
+            click.echo(render.names(items, info))
+    else:
+        emit(render.kube_list(items), output)
+
+
+class AliasedGroup(click.Group):
+    """A group whose commands also answer to short names (`get lb`), listed under their own names only."""
+
+    def __init__(self, *args: Any, aliases: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = aliases or {}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        _, command, rest = super().resolve_command(ctx, args)
+        return (command.name if command else None), command, rest
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@connection_options
+def cli() -> None:
+    """Manage an EPIC system's accounts, load balancers, tunnels and endpoints.
+
+    The cluster is found as kubectl finds it: --kubeconfig, else $KUBECONFIG (a colon-separated list, merged),
+    else ~/.kube/config, else the pod's service account; --context picks a context.
+    """
+
+
+@cli.group()
+def create() -> None:
+    """Create a user namespace and its account."""
+
+
+@create.command("user-namespace")
+@click.argument("name")
+@output_option("table", "json", "yaml", "name")
+@connection_options
+@click.pass_obj
+def create_user_namespace(session: Session, name: str, output: str) -> None:
+    """Create the user namespace epic-NAME and the Account NAME in it."""
+    created = session.epic().create_user_namespace(name)
+    done = f"user namespace {account_namespace(name)} and account {name} created"
+    show(created, output, Account.resource, lambda: done)
+
+
+GET_ALIASES = {
+    "account": "accounts", "acct": "accounts",
+    "loadbalancer": "loadbalancers", "lb": "loadbalancers", "lbs": "loadbalancers",
+    "tunnel": "tunnels",
+    "endpoint": "endpoints", "remoteendpoints": "endpoints", "rep": "endpoints",
+}  # fmt: skip
+
+
+@cli.group(cls=AliasedGroup, aliases=GET_ALIASES)
+def get() -> None:
+    """List accounts, load balancers, tunnels or endpoints."""
+
+
+@get.command()
+@output_option(*LIST_OUTPUTS)
+@connection_options
+@click.pass_obj
+def accounts(session: Session, output: str) -> None:
+    """Accounts (aliases: account, acct)."""
+    show_list(session.epic().accounts(), output, Account.resource, render.account_rows, render.ACCOUNT_COLUMNS)
+
+
+@get.command()
+@account_option("Only this account's load balancers.")
+@output_option(*LIST_OUTPUTS)
+@connection_options
+@click.pass_obj
+def loadbalancers(session: Session, account: str | None, output: str) -> None:
+    """Load balancers (aliases: loadbalancer, lb, lbs)."""
+    lbs = session.epic().load_balancers(account)
+    show_list(lbs, output, LoadBalancer.resource, render.lb_rows, render.LB_COLUMNS)
+
+
+@get.command()
+@account_option("Only this account's tunnels.")
+@output_option("table", "wide", "json", "yaml")
+@connection_options
+@click.pass_obj
+def tunnels(session: Session, account: str | None, output: str) -> None:
+    """GUE tunnels, one per load balancer and node (alias: tunnel).
+
+    Tunnels are entries of LoadBalancer status, not objects: -o json|yaml prints the rows, and there is no -o name."""
+    rows = render.tunnel_rows(session.epic().load_balancers(account))
+    if output in ("json", "yaml"):
+        emit(rows, output)
+    elif rows:
+        click.echo(render.table(rows, render.columns(render.TUNNEL_COLUMNS, output == "wide")))
+    else:
+        click.echo("No resources found.", err=True)
+
+
+@get.command()
+@account_option("Only this account's endpoints.")
+@output_option(*LIST_OUTPUTS)
+@connection_options
+@click.pass_obj
+def endpoints(session: Session, account: str | None, output: str) -> None:
+    """Registered endpoints (aliases: endpoint, remoteendpoints, rep)."""
+    reps = session.epic().endpoints(account)
+    show_list(reps, output, RemoteEndpoint.resource, render.endpoint_rows, render.ENDPOINT_COLUMNS)
+
+
+@cli.group(cls=AliasedGroup, aliases={"loadbalancer": "lb"})
+def describe() -> None:
+    """Show one load balancer in detail."""
+
+
+@describe.command("lb")
+@click.argument("name")
+@account_option("The load balancer's account (needed when the name is not unique).")
+@output_option("table", "json", "yaml", "name")
+@connection_options
+@click.pass_obj
+def describe_lb(session: Session, name: str, account: str | None, output: str) -> None:
+    """A load balancer, its conditions, tunnels and events (alias: loadbalancer)."""
+    epic = session.epic()
+    found = epic.load_balancer(account, name)
+    show(found, output, LoadBalancer.resource, lambda: render.describe_lb(found, epic.events(found)))
+
+
+@cli.command()
+@click.option("--client", "client_only", is_flag=True, help="Only the client's version: do not ask the cluster.")
+@output_option("table", "json", "yaml")
+@connection_options
+@click.pass_obj
+def version(session: Session, client_only: bool, output: str) -> None:
+    """Print the client's, the API server's and the tollgate services' versions.
+
+    A service's version is its Deployment's app.kubernetes.io/version label, shown with the image its container
+    runs and its ready replicas, in every namespace; `not installed` when it has no Deployment."""
+    data: JSON = {"clientVersion": metadata.version("tollgate-cli")}
+    if output == "table":
+        click.echo(f"Client Version: {data['clientVersion']}")
+    if not client_only:
+        epic = session.epic()
+        data["server"] = {"kubernetes": epic.kubernetes_version(), "components": _components(epic)}
+    if output == "table":
+        if "server" in data:
+            click.echo(render.server_version_text(data["server"]))
+    else:
+        emit(data, output)
+
+
+def _components(epic: EPICClient) -> list[render.Row]:
+    try:
+        return render.component_rows(epic.tollgate_deployments())
+    except client.ApiException as error:
+        if error.status != 403:
+            raise
+        return [{"component": c, "version": "<unknown: may not list Deployments>"} for c in render.COMPONENTS]
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion(shell: str) -> None:
+    """Print the shell completion script for bash, zsh or fish.
+
+    `source <(epicctl completion bash)`; the same as `_EPICCTL_COMPLETE=bash_source epicctl` (zsh_source,
+    fish_source)."""
+    completer = get_completion_class(shell)
+    assert completer is not None  # every choice is a shell click knows
+    click.echo(completer(cli, {}, PROG, COMPLETE_VAR).source(), nl=False)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Run epicctl with `argv` (default: sys.argv[1:]) and return its exit code (see tollgate.cli.exits)."""
     try:
-        run(args, EPICClient(api_client(args.kubeconfig)))
-    except CommandError as error:
-        print(f"epicctl: {error}", file=sys.stderr)
-        return 1
-    except client.ApiException as error:
-        reason = error.reason
-        if error.body:
-            with contextlib.suppress(ValueError):
-                reason = json.loads(error.body).get("message", reason)
-        print(f"epicctl: the API server refused: {reason}", file=sys.stderr)
-        return 1
-    except Exception as error:  # a config or connection problem: one line, not a traceback
-        print(f"epicctl: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
-        return 1
-    return 0
+        result = cli.main(args=argv, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False, obj=Session())
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.Abort:
+        return Exit.INTERRUPTED
+    except Exception as error:  # every other failure: one line and its exit code, not a traceback
+        code, message = classify(error)
+        click.echo(f"{PROG}: {message}".splitlines()[0], err=True)
+        return code
+    return result if isinstance(result, int) else Exit.OK
 
 
 if __name__ == "__main__":

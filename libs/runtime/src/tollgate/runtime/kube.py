@@ -86,6 +86,12 @@ def api_client(kubeconfig: Path | None = None, pool_size: int | None = None) -> 
         config.load_kube_config(config_file=str(path), client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client_for(configuration, pool_size)
+
+
+def client_for(configuration: client.Configuration, pool_size: int | None = None) -> client.ApiClient:
+    """An ApiClient for a loaded `configuration` (as `api_client` makes one, for callers that find their
+    configuration otherwise, such as epicctl), whose requests time out and are retried once."""
     if pool_size is not None:
         configuration.connection_pool_maxsize = pool_size
     configuration.retries = RETRIES
