@@ -22,17 +22,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.client import HTTPSConnection
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tollgate.cli.epicctl import main as epicctl_main
-from tollgate.models import kind_for
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
 from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
 from tollgate.routedip.providers.job import CLASS_LABEL
+from tollgate.testing import objects
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -76,27 +76,10 @@ class System:
         obj = json.loads(json.dumps(obj))
         if bypass_webhook:
             obj["metadata"].setdefault("labels", {})[ADMITTED_WHILE_DOWN] = "true"
-        info = kind_for(obj["apiVersion"], obj["kind"]).resource
-        if info.scope == "Cluster":
-            stored = self.custom.create_cluster_custom_object(info.group, info.version, info.plural, obj)
-        else:
-            namespace = obj["metadata"]["namespace"]
-            stored = self.custom.create_namespaced_custom_object(info.group, info.version, namespace, info.plural, obj)
-        return cast(Obj, stored)
+        return objects.create(self.custom, obj)
 
     def get(self, obj: Obj) -> Obj | None:
-        info = kind_for(obj["apiVersion"], obj["kind"]).resource
-        name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace")
-        try:
-            if info.scope == "Cluster":
-                return cast(Obj, self.custom.get_cluster_custom_object(info.group, info.version, info.plural, name))
-            return cast(
-                Obj, self.custom.get_namespaced_custom_object(info.group, info.version, namespace, info.plural, name)
-            )
-        except client.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return objects.read(self.custom, obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
     def refusal(self, obj: Obj) -> str:
         try:

@@ -23,9 +23,11 @@ from kubernetes import client
 
 from tollgate.models import ALL_KINDS, ClusterRoutedIPClass, kind_for
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.testing import objects
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
+from tollgate.testing.objects import with_value
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
@@ -51,30 +53,10 @@ class Webhook:
 
     def create(self, obj: Obj, dry_run: bool = False) -> Obj:
         """Create `obj` (labelled for this webhook) through the API server; the object as stored."""
-        obj = self.labelled(obj)
-        info = INFO[obj["kind"]]
-        dry = "All" if dry_run else None
-        if info.scope == "Cluster":
-            stored = self.custom.create_cluster_custom_object(info.group, info.version, info.plural, obj, dry_run=dry)
-        else:
-            namespace = obj["metadata"]["namespace"]
-            stored = self.custom.create_namespaced_custom_object(
-                info.group, info.version, namespace, info.plural, obj, dry_run=dry
-            )
-        return cast(Obj, stored)
+        return objects.create(self.custom, self.labelled(obj), dry_run)
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
-        info = INFO[kind]
-        try:
-            if namespace is None:
-                return cast(Obj, self.custom.get_cluster_custom_object(info.group, info.version, info.plural, name))
-            return cast(
-                Obj, self.custom.get_namespaced_custom_object(info.group, info.version, namespace, info.plural, name)
-            )
-        except client.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return objects.read(self.custom, kind, name, namespace)
 
     def refusal(self, create: Callable[[], Any]) -> str:
         """The message the API server answers `create` with; fails when it is accepted."""
@@ -275,17 +257,6 @@ def _remote_endpoint(namespace: str, address: str) -> Obj:
     }
 
 
-def _with(obj: Obj, path: str, value: Any) -> Obj:
-    """`obj` with the value at a dotted path (list indexes as numbers) replaced."""
-    obj = copy.deepcopy(obj)
-    *parents, last = path.split(".")
-    target: Any = obj
-    for part in parents:
-        target = target[int(part)] if isinstance(target, list) else target[part]
-    target[int(last) if isinstance(target, list) else last] = value
-    return obj
-
-
 def denied(kind: str, message: str) -> str:
     info = INFO[kind]
     return f'admission webhook "validate.{info.plural}.{info.group}" denied the request: {message}'
@@ -407,7 +378,7 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "gwproxy: a name too long for the label the allocator puts it in",
-            _with(_gwp(ns, {}), "metadata.name", "g" * 64),
+            with_value(_gwp(ns, {}), "metadata.name", "g" * 64),
             denied("GWProxy", "metadata.name: 64 characters, above the 63 of a label value"),
         ),
         Case(
@@ -417,7 +388,7 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "vs: a cluster named like the bootstrap's xDS cluster",
-            _vs(ns, _with(_listener("xds", 4010), "udp.cluster.name", XDS_CLUSTER)),
+            _vs(ns, with_value(_listener("xds", 4010), "udp.cluster.name", XDS_CLUSTER)),
             denied("VirtualService", f"spec.listeners[0].udp.cluster.name: {XDS_CLUSTER!r} is reserved"),
         ),
         Case(
@@ -437,7 +408,7 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "gwproxy: above the account's proxyLimit",
-            _with(_gwp(ns, {"public-address": "192.168.77.4"}), "metadata.name", "gwp-over"),
+            with_value(_gwp(ns, {"public-address": "192.168.77.4"}), "metadata.name", "gwp-over"),
             denied(
                 "GWProxy",
                 f"metadata.namespace: Account proxy limit exceeded: {ns} holds 1 GWProxies and Account {ns}'s "
@@ -461,7 +432,7 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "gwroute: no parentRefs",
-            _gwr(ns, _with(_http_route("existing-gwp"), "http.parentRefs", [])),
+            _gwr(ns, with_value(_http_route("existing-gwp"), "http.parentRefs", [])),
             denied("GWRoute", "spec.http.parentRefs: at least one parentRef is required"),
         ),
         Case(
@@ -515,7 +486,7 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "remote endpoint: a second object for one address, port and protocol",
-            _with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "rep-twin"),
+            with_value(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "rep-twin"),
             denied(
                 "RemoteEndpoint",
                 "spec: endpoint 192.168.1.44:8080/TCP of load balancer 'lb' is registered already as RemoteEndpoint "
@@ -524,17 +495,17 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "vs-duplicate-listener",
-            _vs(ns, one, _with(two, "name", "one")),
+            _vs(ns, one, with_value(two, "name", "one")),
             denied("VirtualService", "spec.listeners[1].name: duplicate listener name 'one' (spec.listeners[0].name"),
         ),
         Case(
             "vs-duplicate-cluster",
-            _vs(ns, one, _with(two, "udp.cluster.name", "one-c")),
+            _vs(ns, one, with_value(two, "udp.cluster.name", "one-c")),
             denied("VirtualService", "spec.listeners[1].udp.cluster.name: duplicate cluster name 'one-c'"),
         ),
         Case(
             "vs-duplicate-endpoint",
-            _vs(ns, _with(one, "udp.cluster.endpoints", [one["udp"]["cluster"]["endpoints"][0]] * 2)),
+            _vs(ns, with_value(one, "udp.cluster.endpoints", [one["udp"]["cluster"]["endpoints"][0]] * 2)),
             denied("VirtualService", "spec.listeners[0].udp.cluster.endpoints[1].name: duplicate endpoint name"),
         ),
         Case(
@@ -557,14 +528,14 @@ def cases(ns: str, label: str) -> list[Case]:
         ),
         Case(
             "vs-host-both",
-            _vs(ns, _with(one, "udp.cluster.endpoints.0.host", {"address": "a", "selector": {"a": "b"}})),
+            _vs(ns, with_value(one, "udp.cluster.endpoints.0.host", {"address": "a", "selector": {"a": "b"}})),
             defaulting(
                 "VirtualService", f"{host}: exactly one of selector, address must be set (got selector, address)"
             ),
         ),
         Case(
             "vs-host-none",
-            _vs(ns, _with(one, "udp.cluster.endpoints.0.host", {})),
+            _vs(ns, with_value(one, "udp.cluster.endpoints.0.host", {})),
             defaulting("VirtualService", f"{host}: exactly one of selector, address must be set (got none)"),
         ),
         Case(
@@ -688,22 +659,22 @@ def prerequisites(webhook: Webhook, ns: str) -> None:
     cls = f"e2e-{webhook.label}"
     webhook.create(_group(ns))
     webhook.create(_lb(ns, "existing-lb", {"service-id": 1, "public-address": "192.168.77.8"}))
-    webhook.create(_with(_vs(ns, _listener("taken-l", 3000)), "metadata.name", "existing-vs"))
+    webhook.create(with_value(_vs(ns, _listener("taken-l", 3000)), "metadata.name", "existing-vs"))
     webhook.create(_class(cls))
-    webhook.create(_with(_rip(ns, "198.51.100.7", cls), "metadata.name", "existing-rip"))
-    webhook.create(_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "existing-rep"))
+    webhook.create(with_value(_rip(ns, "198.51.100.7", cls), "metadata.name", "existing-rip"))
+    webhook.create(with_value(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "existing-rep"))
     # The test namespace stands for the account of its own name: it may hold one GWProxy, which it does.
-    webhook.create(_with(_account(ns, ns), "spec", {"proxyLimit": 1}))
+    webhook.create(with_value(_account(ns, ns), "spec", {"proxyLimit": 1}))
     gateway = _gw_listeners(("web", 80, "HTTP"), ("db", 5432, "TCP"))
     webhook.create(
-        _with(_gwp(ns, {"public-address": "192.168.77.9", "gateway": gateway}), "metadata.name", "existing-gwp")
+        with_value(_gwp(ns, {"public-address": "192.168.77.9", "gateway": gateway}), "metadata.name", "existing-gwp")
     )
     # Watch events reach the webhook's cache a moment after the writes: wait until it refuses duplicates.
     for probe, refusal in (
         (_rip(ns, "198.51.100.7", cls), "already routed"),
         (_vs(ns, _listener("probe", 3000)), "is taken by listener 'taken-l'"),
-        (_with(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "probe"), "registered already"),
-        (_with(_gwp(ns, {"public-address": "192.168.77.5"}), "metadata.name", "probe"), "proxy limit exceeded"),
+        (with_value(_remote_endpoint(ns, "192.168.1.44"), "metadata.name", "probe"), "registered already"),
+        (with_value(_gwp(ns, {"public-address": "192.168.77.5"}), "metadata.name", "probe"), "proxy limit exceeded"),
     ):
         wait_for(
             partial(_refused_with, webhook, probe, refusal),
@@ -755,8 +726,10 @@ def test_invalid_objects_are_refused_with_their_messages_and_nothing_is_stored(
 def _load(namespace: str, number: int, listener: str | None = None) -> Obj:
     """One of a generated set: VirtualService load-N, listener load-N-l on its own port, its one endpoint named e."""
     name = f"load-{number}"
-    vs = _vs(namespace, _with(_listener(listener or f"{name}-l", 10000 + number), "udp.cluster.endpoints.0.name", "e"))
-    return _with(vs, "metadata.name", name)
+    vs = _vs(
+        namespace, with_value(_listener(listener or f"{name}-l", 10000 + number), "udp.cluster.endpoints.0.name", "e")
+    )
+    return with_value(vs, "metadata.name", name)
 
 
 LOAD = 1000
@@ -770,7 +743,7 @@ def test_names_are_scoped_to_the_namespace_no_squatting_no_leaks_no_needless_ref
     squatter = webhook.create(_load(other_namespace, 5))
     assert squatter["spec"]["listeners"][0]["name"] == "load-5-l"
     wait_for(
-        partial(_refused_with, webhook, _with(_load(other_namespace, 5), "metadata.name", "probe"), "is taken"),
+        partial(_refused_with, webhook, with_value(_load(other_namespace, 5), "metadata.name", "probe"), "is taken"),
         "the webhook's cache to hold the other tenant's VirtualService",
         timeout=30,
         ignore=(AssertionError,),
@@ -788,7 +761,9 @@ def test_names_are_scoped_to_the_namespace_no_squatting_no_leaks_no_needless_ref
     print(f"\n{LOAD} VirtualServices with endpoint 'e' in one kubectl apply: {seconds:.1f} s")
 
     # A clash inside the namespace is real (same port, overlapping selectors): it names the other object.
-    refusal = webhook.refusal(partial(webhook.create, _with(_load(namespace, 5, "new-l"), "metadata.name", "late")))
+    refusal = webhook.refusal(
+        partial(webhook.create, with_value(_load(namespace, 5, "new-l"), "metadata.name", "late"))
+    )
     assert f"UDP port 10005 is taken by listener 'load-5-l' of VirtualService {namespace}/load-5" in refusal
     assert other_namespace not in refusal
 
@@ -857,7 +832,7 @@ def test_every_sample_is_accepted_and_stored_with_its_defaults(
 
 
 def _dry_run_in_epic(webhook: Webhook, document: Obj, namespace: str) -> Obj:
-    document = _with(document, "metadata.namespace", namespace)
+    document = with_value(document, "metadata.namespace", namespace)
     try:
         return webhook.create(document, dry_run=True)
     except client.ApiException as error:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
+from kubernetes import client
+
+from tollgate.models import ALL_KINDS
 from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
 from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
 
 Obj = dict[str, Any]
 EPIC_API_VERSION = "epic.acnodal.io/v1"
 ROUTEDIP_API_VERSION = f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}"
+RESOURCES = {model.resource.kind: model.resource for model in ALL_KINDS}
 
 
 def load_balancer(namespace: str, name: str = "lb", spec: Obj | None = None) -> Obj:
@@ -87,3 +91,28 @@ def with_value(obj: Obj, path: str, value: Any) -> Obj:
         target = target[int(part)] if isinstance(target, list) else target[part]
     target[int(last) if isinstance(target, list) else last] = value
     return obj
+
+
+def create(custom: client.CustomObjectsApi, obj: Obj, dry_run: bool = False) -> Obj:
+    """Create `obj` through the API server (admission included); the object as stored."""
+    info = RESOURCES[obj["kind"]]
+    dry = "All" if dry_run else None
+    if info.scope == "Cluster":
+        return cast(Obj, custom.create_cluster_custom_object(info.group, info.version, info.plural, obj, dry_run=dry))
+    namespace = obj["metadata"]["namespace"]
+    return cast(
+        Obj, custom.create_namespaced_custom_object(info.group, info.version, namespace, info.plural, obj, dry_run=dry)
+    )
+
+
+def read(custom: client.CustomObjectsApi, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+    """The stored object, or None when there is none."""
+    info = RESOURCES[kind]
+    try:
+        if namespace is None:
+            return cast(Obj, custom.get_cluster_custom_object(info.group, info.version, info.plural, name))
+        return cast(Obj, custom.get_namespaced_custom_object(info.group, info.version, namespace, info.plural, name))
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
