@@ -59,9 +59,18 @@ lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) python -m tollgate.models crds --check
 	$(RUN) python hack/generated_files.py --check
 
+TEST_SUITES := $(shell sed -n 's/^testpaths = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
+
 .PHONY: test
-test: lint tools charts ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
-	$(RUN) pytest
+test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
+	@start=$$SECONDS; \
+	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart"; do \
+	  echo "make test: [$$((SECONDS - start)) s] $$step"; $(MAKE) --no-print-directory $${step%%:*}; \
+	done; \
+	echo "make test: [$$((SECONDS - start)) s] pytest over $(TEST_SUITES), in that order" \
+	  "(tests marked e2e start the embedded cluster; a file's name is printed as its tests run)"; \
+	$(RUN) pytest; \
+	echo "make test: [$$((SECONDS - start)) s] passed"
 
 .PHONY: cluster
 cluster: sync tools ## the embedded cluster (kubeconfig at .dev/kubeconfig)
