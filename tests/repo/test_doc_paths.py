@@ -103,3 +103,11 @@ def test_the_path_finder_sees_paths_and_placeholders() -> None:
     assert (
         slug("Gateway proxies (GWProxy, GWRoute, GWEndpointSlice)") == "gateway-proxies-gwproxy-gwroute-gwendpointslice"
     )
+
+
+def test_the_readme_links_the_troubleshooting_page() -> None:
+    assert "](docs/troubleshooting.md)" in (ROOT / "README.md").read_text()
+    headings = [
+        line for line in (ROOT / "docs" / "troubleshooting.md").read_text().splitlines() if line.startswith("## ")
+    ]
+    assert len(headings) == 10, "ten failures, one section each"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tollgate.testing.dev import LogFollower, Progress, busy_ports
+from tollgate.testing.dev import LogFollower, Progress, busy_ports, left_behind
 from tollgate.testing.tools import repo_root, versions
 
 ROOT = repo_root()
@@ -162,3 +162,34 @@ def test_make_dev_up_follows_whole_lines_of_the_log(tmp_path: Path) -> None:
     with log.open("a") as out:
         out.write("ing for the cluster (2 s)\n")
     assert follower.new_lines() == ["[   2.0 s] still waiting for the cluster (2 s)"]
+
+
+LISTENER = """import socket, sys
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+server.accept()
+"""
+
+
+def listener(tmp_path: Path, module: str) -> tuple[subprocess.Popen[str], int]:
+    """A process listening on a port, run as `python -m <module>`; module may be in the tollgate namespace."""
+    package, _, name = module.rpartition(".")
+    directory = tmp_path.joinpath(*package.split(".")) if package else tmp_path
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.py").write_text(LISTENER)
+    environ = os.environ | {"PYTHONPATH": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-m", module], stdout=subprocess.PIPE, text=True, env=environ)
+    assert process.stdout is not None
+    return process, int(process.stdout.readline())
+
+
+def test_make_dev_down_finds_the_services_a_killed_make_dev_left_and_nothing_else(tmp_path: Path) -> None:
+    ours, our_port = listener(tmp_path, "tollgate.leftover")
+    theirs, their_port = listener(tmp_path, "someone_elses")
+    try:
+        found = left_behind({our_port: "webhook health", their_port: "xds ads"})
+    finally:
+        for process in (ours, theirs):
+            process.kill()
+            process.wait()
+    assert found == {ours.pid: f"{sys.executable} -m tollgate.leftover"}

@@ -620,7 +620,7 @@ def refuse_busy_ports(system: DevSystem) -> bool:
     for line in busy:
         print(f"make dev: {line}", file=sys.stderr)
     if busy:
-        advice = "stop it first (an earlier `make dev-up` stops with `make dev-down`); see docs/troubleshooting.md"
+        advice = "stop it first (what an earlier make dev or dev-up left: `make dev-down`); see docs/troubleshooting.md"
         print(f"make dev: {advice}", file=sys.stderr)
     return bool(busy)
 
@@ -735,16 +735,34 @@ def up(root: Path) -> int:
     return 0
 
 
+def left_behind(ports: dict[int, str]) -> dict[int, str]:
+    """This checkout's services still listening on the dev system's ports after the `make dev` that started them
+    was killed (its services outlive it): pid -> command line."""
+    ours = f"{sys.executable} -m tollgate."
+    pids = {pid for port in ports for pid in listening_pids(port)}
+    return {pid: line for pid in sorted(pids) if (line := _command_line(pid)).startswith(ours)}
+
+
+def _stop(progress: Progress, pid: int, what: str) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with progress.waiting(f"{what} to stop"):
+        wait_for(lambda: not _alive(pid), f"{what} to stop", timeout=math.inf, interval=0.2)
+
+
 def down(root: Path) -> int:
     state = dev_dir(root)
     pid = running_pid(state)
     progress = Progress()
     if pid is not None:
         progress.say(f"stopping the dev system (pid {pid}): its services, then the cluster")
-        os.kill(pid, signal.SIGTERM)
-        with progress.waiting(f"pid {pid} to stop (log {state / 'dev.log'})"):
-            wait_for(lambda: not _alive(pid), f"pid {pid} to stop", timeout=math.inf, interval=0.2)
+        _stop(progress, pid, f"pid {pid} (log {state / 'dev.log'})")
         (state / "dev.pid").unlink(missing_ok=True)
+    for orphan, command in left_behind(DevSystem(root).ports()).items():
+        progress.say(f"stopping pid {orphan} ({command}), left behind by a make dev that was killed")
+        _stop(progress, orphan, f"pid {orphan}")
     with progress.waiting("the embedded cluster to stop"):
         dev_cluster(root).down()
     progress.say("dev system stopped")
