@@ -10,7 +10,7 @@
 # A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, ...) or already on
 # PATH is linked instead of built. A second run does nothing.
 # Progress goes to stderr, each line with the seconds since the start: what is built or installed and from where,
-# what was cached, and every TOLLGATE_TOOLS_TICK seconds (default 30) that a long build is still running.
+# every TOLLGATE_TOOLS_TICK seconds (default 30) that a long build is still running, and at the end what was cached.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -21,8 +21,8 @@ export CGO_ENABLED=0 GOFLAGS="-trimpath" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 
 log() { printf 'tools: [%4d s] %s\n' "$SECONDS" "$*" >&2; }
 
-cached=0 made=0
-hit() { log "$1: cached ($bin/$1)"; cached=$((cached + 1)); }
+cached=() made=0
+hit() { cached+=("$1"); }
 
 # step WHAT COMMAND...: runs COMMAND, saying every TOLLGATE_TOOLS_TICK seconds that WHAT is still running, and how
 # long it took.
@@ -50,7 +50,7 @@ link_existing() {
   [ -n "$path" ] && [ -x "$path" ] || return 1
   [ "$path" -ef "$bin/$name" ] || ln -sf "$path" "$bin/$name"
   log "$name: using $path"
-  cached=$((cached + 1))
+  cached+=("$name")
 }
 
 # need_go WHAT: Go is on PATH, or say what cannot be built without it and how to get past that.
@@ -155,5 +155,5 @@ go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
 go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_tilt
 build_podnet
-log "ready: $cached cached, $made built or installed, in $SECONDS s"
+log "ready: ${#cached[@]} cached (${cached[*]:-none}), $made built or installed, in $SECONDS s"
 echo "$bin"
