@@ -29,7 +29,7 @@ hit() { cached+=("$1"); }
 step() {
   local what=$1 start=$SECONDS tick=${TOLLGATE_TOOLS_TICK:-30} ticker rc=0
   shift
-  (while sleep "$tick" </dev/null >/dev/null 2>&1; do log "still $what ($((SECONDS - start)) s)"; done) &
+  (while sleep "$tick" </dev/null >/dev/null 2>&1 9>&-; do log "still $what ($((SECONDS - start)) s)"; done) &
   ticker=$!
   "$@" || rc=$?
   kill "$ticker" 2>/dev/null || true
@@ -149,6 +149,16 @@ build_podnet() {
 }
 
 log "control-plane binaries for Kubernetes $K8S_VERSION in $bin"
+# One make tools at a time per cache: a second one (another checkout, another terminal) waits for the first and then
+# finds everything built, instead of building it all again beside it.
+if command -v flock >/dev/null; then
+  lock="${bin%/bin}/tools.lock"
+  exec 9>>"$lock"
+  if ! flock -n 9; then
+    step "waiting for another make tools (pid $(cat "$lock.pid" 2>/dev/null || echo '?')) to finish with $bin" flock 9
+  fi
+  echo $$ >"$lock.pid"
+fi
 build_control_plane
 go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"

@@ -4,6 +4,7 @@ with that process. Run cheaply: a cache of stand-in binaries, a stand-in `go`, a
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import re
@@ -194,3 +195,25 @@ def test_make_dev_down_finds_the_services_a_killed_make_dev_left_and_nothing_els
             process.kill()
             process.wait()
     assert found == {ours.pid: f"{sys.executable} -m tollgate.leftover"}
+
+
+def test_a_second_make_tools_waits_for_the_first_and_says_so(tmp_path: Path) -> None:
+    bin_dir = tools_cache(tmp_path)
+    lock = bin_dir.parent / "tools.lock"
+    (bin_dir.parent / "tools.lock.pid").write_text("4242\n")
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a first make tools holds it while it builds
+        environ = {k: v for k, v in os.environ.items() if not k.endswith("_BINARY")}
+        environ |= {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": SYSTEM_PATH, "TOLLGATE_TOOLS_TICK": "1"}
+        second = subprocess.Popen(
+            [str(ROOT / "hack" / "tools.sh")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ
+        )
+        assert second.stderr is not None
+        waiting = [second.stderr.readline() for _ in range(3)]  # where, then at least two reminders
+        assert second.poll() is None, "it waits while the lock is held"
+    out, err = second.communicate(timeout=30)
+    assert second.returncode == 0, err
+    assert f"waiting for another make tools (pid 4242) to finish with {bin_dir} (1 s)" in waiting[1], waiting
+    assert f"done waiting for another make tools (pid 4242) to finish with {bin_dir}" in err
+    assert "ready: 10 cached" in err
+    assert out == f"{bin_dir}\n"
