@@ -25,8 +25,13 @@ $(CACHE_DIR)/uv/bin/uv:
 	$(CACHE_DIR)/uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 .PHONY: sync
-sync: $(UV) ## install the Python packages (uv workspace, locked)
+sync: $(UV) ## install the Python packages (uv workspace, locked); reinstalls a package whose files another removed
 	$(UV) sync --frozen --quiet --compile-bytecode
+	@if ! broken=$$($(RUN) --no-sync python hack/venv_files.py); then \
+	  echo "make sync: reinstalling $$(echo $$broken), whose files another package overwrote or removed"; \
+	  $(UV) sync --frozen --quiet --compile-bytecode $$(printf -- '--reinstall-package %s ' $$broken); \
+	  $(RUN) --no-sync python hack/venv_files.py; \
+	fi
 
 .PHONY: tools
 tools: ## build or fetch the control-plane binaries (cached, idempotent)
@@ -43,17 +48,29 @@ CHARTS := $(filter-out deploy/charts/tollgate-common,$(wildcard deploy/charts/to
 charts: tools ## vendor the library chart into every service chart (offline: file:// dependency)
 	@for chart in $(CHARTS); do helm dependency update --skip-refresh $$chart >/dev/null; done
 
+# dagger/src is checked in a throwaway environment of the ci group: dagger-io pulls opentelemetry-proto, whose files
+# clash with xds-protos' copy of the OTLP protos, so it never enters .venv.
 .PHONY: lint
 lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services tests bench dagger/src
+	$(RUN) mypy libs services tests bench
+	$(RUN) --isolated --only-group ci mypy dagger/src
 	$(RUN) python -m tollgate.models crds --check
 	$(RUN) python hack/generated_files.py --check
 
+TEST_SUITES := $(shell sed -n 's/^testpaths = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
+
 .PHONY: test
-test: lint tools charts ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
-	$(RUN) pytest
+test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
+	@start=$$SECONDS; \
+	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart"; do \
+	  echo "make test: [$$((SECONDS - start)) s] $$step"; $(MAKE) --no-print-directory $${step%%:*}; \
+	done; \
+	echo "make test: [$$((SECONDS - start)) s] pytest over $(TEST_SUITES), in that order" \
+	  "(tests marked e2e start the embedded cluster; a file's name is printed as its tests run)"; \
+	$(RUN) pytest; \
+	echo "make test: [$$((SECONDS - start)) s] passed"
 
 .PHONY: cluster
 cluster: sync tools ## the embedded cluster (kubeconfig at .dev/kubeconfig)

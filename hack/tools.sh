@@ -9,6 +9,8 @@
 #   libpodnet.so                                                      cc hack/podnet/podnet.c (the embedded kubelet's bind shim)
 # A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, ...) or already on
 # PATH is linked instead of built. A second run does nothing.
+# Progress goes to stderr, each line with the seconds since the start: what is built or installed and from where,
+# every TOLLGATE_TOOLS_TICK seconds (default 30) that a long build is still running, and at the end what was cached.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -17,7 +19,27 @@ bin="${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/$K8S_VERSION/bin"
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS="-trimpath" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 
-log() { printf 'tools: %s\n' "$*" >&2; }
+log() { printf 'tools: [%4d s] %s\n' "$SECONDS" "$*" >&2; }
+
+cached=() made=0
+hit() { cached+=("$1"); }
+
+# step WHAT COMMAND...: runs COMMAND, saying every TOLLGATE_TOOLS_TICK seconds that WHAT is still running, and how
+# long it took.
+step() {
+  local what=$1 start=$SECONDS tick=${TOLLGATE_TOOLS_TICK:-30} ticker rc=0
+  shift
+  (while sleep "$tick" </dev/null >/dev/null 2>&1 9>&-; do log "still $what ($((SECONDS - start)) s)"; done) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  if [ "$rc" -ne 0 ]; then
+    log "$what failed (exit $rc) after $((SECONDS - start)) s"
+    return "$rc"
+  fi
+  log "done $what in $((SECONDS - start)) s"
+}
 
 # link_existing NAME ENVVAR: use a binary given by ENVVAR or found on PATH; returns 1 when none.
 link_existing() {
@@ -28,6 +50,15 @@ link_existing() {
   [ -n "$path" ] && [ -x "$path" ] || return 1
   [ "$path" -ef "$bin/$name" ] || ln -sf "$path" "$bin/$name"
   log "$name: using $path"
+  cached+=("$name")
+}
+
+# need_go WHAT: Go is on PATH, or say what cannot be built without it and how to get past that.
+need_go() {
+  command -v go >/dev/null && return 0
+  log "cannot build $1: no go on PATH. Install Go 1.21 or newer (https://go.dev/dl; GOTOOLCHAIN=auto then fetches"
+  log "the version hack/k8s/go.mod names), or name prebuilt binaries: KUBE_APISERVER_BINARY=..., HELM_BINARY=..."
+  exit 3
 }
 
 k8s_ldflags() {
@@ -48,10 +79,11 @@ build_control_plane() {
   local wanted=() name var
   for name in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
     var=$(printf '%s_BINARY' "$name" | tr 'a-z-' 'A-Z_')
-    [ -x "$bin/$name" ] || link_existing "$name" "$var" || wanted+=("$name")
+    if [ -x "$bin/$name" ]; then hit "$name"; else link_existing "$name" "$var" || wanted+=("$name"); fi
   done
   [ ${#wanted[@]} -gt 0 ] || return 0
-  "$here/k8s/generate.sh" "$K8S_VERSION"
+  need_go "${wanted[*]}"
+  step "resolving k8s.io/kubernetes@$K8S_VERSION's modules (hack/k8s/go.mod)" "$here/k8s/generate.sh" "$K8S_VERSION"
   local pkgs=()
   for name in "${wanted[@]}"; do
     case $name in
@@ -59,39 +91,45 @@ build_control_plane() {
       *) pkgs+=("k8s.io/kubernetes/cmd/$name") ;;
     esac
   done
-  log "building ${wanted[*]} from k8s.io/kubernetes@$K8S_VERSION (cold: tens of minutes)"
+  log "building ${wanted[*]} from k8s.io/kubernetes@$K8S_VERSION with $(go version | cut -d' ' -f3) (cold: tens of minutes)"
   local out; out=$(mktemp -d)
-  (cd "$here/k8s" && go build -mod=mod -ldflags "$(k8s_ldflags)" -o "$out/" "${pkgs[@]}")
+  step "building ${wanted[*]}" go -C "$here/k8s" build -mod=mod -ldflags "$(k8s_ldflags)" -o "$out/" "${pkgs[@]}"
   if [ -x "$out/server" ]; then mv "$out/server" "$out/etcd"; fi  # go names go.etcd.io/etcd/server/v3 "server"
   for name in "${wanted[@]}"; do mv "$out/$name" "$bin/$name"; done
+  made=$((made + ${#wanted[@]}))
   rmdir "$out"
 }
 
 go_install() {
   local name=$1 module=$2
   local var; var=$(printf '%s_BINARY' "$name" | tr 'a-z-' 'A-Z_')
-  [ -x "$bin/$name" ] || link_existing "$name" "$var" && return 0
-  log "installing $module"
-  GOBIN="$bin" go install "$module"
+  if [ -x "$bin/$name" ]; then hit "$name"; return 0; fi
+  link_existing "$name" "$var" && return 0
+  need_go "$name"
+  log "$name: installing $module (go install: downloads and builds, a few minutes cold)"
+  GOBIN="$bin" step "installing $name" go install "$module"
+  made=$((made + 1))
 }
 
 # Tilt: one already on PATH wins; otherwise built once from the offline source archive beside the
 # checkout (TILT_SOURCE_ARCHIVE overrides it). Without either, nothing is built and the Tilt tests
 # say why they skip.
 build_tilt() {
-  [ -x "$bin/tilt" ] && return 0
+  if [ -x "$bin/tilt" ]; then hit tilt; return 0; fi
   TOLLGATE_TOOLS_FROM_PATH=1 link_existing tilt TILT_BINARY && return 0
   local archive="${TILT_SOURCE_ARCHIVE:-$here/../../shared/vendor/tilt/tilt-$TILT_VERSION-src.tar.xz}"
   if [ ! -f "$archive" ]; then
     log "tilt: no tilt on PATH and no source archive at $archive; the Tilt tests will be skipped"
     return 0
   fi
+  need_go tilt
   log "tilt: building v$TILT_VERSION from $archive (cold: about 5 to 10 minutes on 2 cores)"
   local work; work=$(mktemp -d)
-  tar -xJf "$archive" -C "$work"
-  (cd "$work/tilt-$TILT_VERSION" && CGO_ENABLED=1 GOFLAGS=-mod=vendor go build -trimpath -tags=osusergo \
-    -ldflags "-s -w -X main.version=$TILT_VERSION" -o "$work/tilt" ./cmd/tilt)
+  step "unpacking the tilt source" tar -xJf "$archive" -C "$work"
+  CGO_ENABLED=1 GOFLAGS=-mod=vendor step "building tilt" go -C "$work/tilt-$TILT_VERSION" build -trimpath \
+    -tags=osusergo -ldflags "-s -w -X main.version=$TILT_VERSION" -o "$work/tilt" ./cmd/tilt
   mv "$work/tilt" "$bin/tilt"
+  made=$((made + 1))
   rm -rf "$work"
   log "tilt: $("$bin/tilt" version)"
 }
@@ -100,19 +138,32 @@ build_tilt() {
 # the machine's C compiler, again whenever the source is newer. Without a compiler the kubelet says what is missing.
 build_podnet() {
   local source="$here/podnet/podnet.c" lib="$bin/libpodnet.so" cc="${CC:-gcc}"
-  [ "$lib" -nt "$source" ] && return 0
+  if [ "$lib" -nt "$source" ]; then hit libpodnet.so; return 0; fi
   if ! command -v "$cc" >/dev/null; then
     log "podnet: no C compiler ($cc); the embedded kubelet cannot run pods without $lib"
     return 0
   fi
-  log "podnet: building $lib"
-  "$cc" -shared -fPIC -O2 -Wall -Wextra -o "$lib" "$source" -ldl
+  log "podnet: building $lib from $source with $cc"
+  step "building libpodnet.so" "$cc" -shared -fPIC -O2 -Wall -Wextra -o "$lib" "$source" -ldl
+  made=$((made + 1))
 }
 
+log "control-plane binaries for Kubernetes $K8S_VERSION in $bin"
+# One make tools at a time per cache: a second one (another checkout, another terminal) waits for the first and then
+# finds everything built, instead of building it all again beside it.
+if command -v flock >/dev/null; then
+  lock="${bin%/bin}/tools.lock"
+  exec 9>>"$lock"
+  if ! flock -n 9; then
+    step "waiting for another make tools (pid $(cat "$lock.pid" 2>/dev/null || echo '?')) to finish with $bin" flock 9
+  fi
+  echo $$ >"$lock.pid"
+fi
 build_control_plane
 go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
 go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_tilt
 build_podnet
+log "ready: ${#cached[@]} cached (${cached[*]:-none}), $made built or installed, in $SECONDS s"
 echo "$bin"

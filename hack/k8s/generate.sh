@@ -5,7 +5,10 @@
 set -euo pipefail
 version=$1
 here=$(cd "$(dirname "$0")" && pwd)
-gomod=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+# go mod download -json reports a failure (no network, an unreachable GOPROXY) in the JSON's Error field.
+gomod=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'import json, sys
+module = json.load(sys.stdin)
+print(module.get("GoMod") or sys.exit("go mod download: " + module.get("Error", "no go.mod and no error")))')
 staging_version="v0.${version#v1.}"
 goversion=$(awk '$1 == "go" {print $2; exit}' "$gomod")
 if [ -f "$here/go.mod" ] && grep -q "k8s.io/kubernetes $version\$" "$here/go.mod"; then

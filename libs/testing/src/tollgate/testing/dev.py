@@ -11,25 +11,33 @@ connection through a real Envoy to echo servers, and one datagram to a load bala
 ServicePrefix `dev`, pool 127.80.0.0/24), and prints a summary. Logs go to .dev/logs/<service>.log (the previous
 run's to <service>.log.1); a service that exits is started again after a back-off, and the summary counts its
 restarts.
+
+Every line it prints starts with the seconds since it started; while it waits (the cluster, a service's /readyz, the
+data path), it says every TOLLGATE_DEV_TICK seconds (default 10) what it is still waiting for. Before anything starts
+it checks that the system's ports are free, and names the process that holds one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import yaml
 
@@ -87,6 +95,101 @@ def rotate_logs(log_dir: Path, names: list[str]) -> None:
         for stale in log_dir.glob(f"{name}-*.log"):
             if re.fullmatch(rf"{re.escape(name)}-\d+-\d+\.log", stale.name):
                 stale.unlink()
+
+
+class Progress:
+    """What `make dev` says: every line prefixed with the seconds since it started and, while a wait lasts, a line
+    every `tick` seconds naming what it is still waiting for."""
+
+    PREFIX = re.compile(r"^\[ *\d+\.\d s\] ")
+
+    def __init__(self, tick: float | None = None, out: TextIO | None = None) -> None:
+        self.tick = tick if tick is not None else float(os.environ.get("TOLLGATE_DEV_TICK", "10"))
+        self.out = out
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        prefix = f"[{time.monotonic() - self.started:6.1f} s] "
+        with self._lock:
+            print("\n".join(prefix + line for line in text.splitlines()), file=self.out or sys.stdout, flush=True)
+
+    @contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Inside: `still waiting for <what> (N s)` every `tick` seconds."""
+        started = time.monotonic()
+        done = threading.Event()
+
+        def remind() -> None:
+            while not done.wait(self.tick):
+                self.say(f"still waiting for {what} ({time.monotonic() - started:.0f} s)")
+
+        reminder = threading.Thread(target=remind, name="progress", daemon=True)
+        reminder.start()
+        try:
+            yield
+        finally:
+            done.set()
+            reminder.join()
+
+    def wait_for(
+        self, probe: Callable[[], T | None], what: str, timeout: float, ignore: tuple[type[BaseException], ...] = ()
+    ) -> T:
+        with self.waiting(what):
+            return wait_for(probe, what, timeout=timeout, ignore=ignore)
+
+
+def listening_pids(port: int) -> list[int]:
+    """The processes with a TCP socket listening on `port` (any address), as far as this user can see them."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    pids = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                pids.append(int(fd_dir.parent.name))
+        except OSError:  # gone, or another user's
+            continue
+    return sorted(pids)
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services bind: TIME_WAIT is no owner
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def busy_ports(ports: dict[int, str]) -> list[str]:
+    """One line for every port (port -> what needs it) that something else already listens on, naming it."""
+    lines = []
+    for port, purpose in sorted(ports.items()):
+        if not port_in_use(port):
+            continue
+        holders = [f"pid {pid} ({_command_line(pid)[:100]})" for pid in listening_pids(port)]
+        held = ", ".join(holders) or f"a process this user cannot see (`sudo ss -ltnp 'sport = :{port}'` names it)"
+        lines.append(f"port {port} ({purpose}) is in use by {held}")
+    return lines
 
 
 class Restarter:
@@ -150,9 +253,10 @@ class Restarter:
 
 
 class DevSystem:
-    def __init__(self, root: Path, state: Path | None = None) -> None:
+    def __init__(self, root: Path, state: Path | None = None, progress: Progress | None = None) -> None:
         """`root` is the checkout (CRDs, samples); `state` holds the cluster, logs and certificates (.dev)."""
         self.root = root
+        self.progress = progress or Progress()
         self.dev_dir = state or dev_dir(root)
         self.cluster = dev_cluster(root, self.dev_dir, "tollgate" if state is None else "tollgate-dev")
         self.resources = local_resources(root, self.dev_dir)
@@ -170,7 +274,19 @@ class DevSystem:
         }
 
     def say(self, text: str) -> None:
-        print(text, flush=True)
+        self.progress.say(text)
+
+    def ports(self) -> dict[int, str]:
+        """The ports the services listen on (deploy/local/resources.yaml): port -> what needs it."""
+        ports = {}
+        for resource in self.resources:
+            if resource.health is not None:
+                ports[resource.health] = f"{resource.name} health"
+            for name, endpoint in resource.endpoints.items():
+                port = re.search(r":(\d+)(?:/|$)", endpoint)
+                if port is not None:
+                    ports[int(port.group(1))] = f"{resource.name} {name}"
+        return ports
 
     def start(self) -> None:
         rotate_logs(self.dev_dir / "logs", [r.name for r in self.resources if r.module is not None])
@@ -181,7 +297,9 @@ class DevSystem:
             else:
                 process = self.service_process(resource)
                 self.processes[resource.name] = process
-                process.start().wait_ready(timeout=120)
+                self.say(f"  {resource.name:<10} starting (log {process.log_path})")
+                with self.progress.waiting(f"{resource.name} to answer {process.health_url}/readyz"):
+                    process.start().wait_ready(timeout=120)
                 self.say(f"  {resource.name:<10} ready   health {process.health_url}")
 
     def service_process(self, resource: Resource) -> ServiceProcess:
@@ -201,7 +319,9 @@ class DevSystem:
         return next(r for r in self.resources if r.name == name)
 
     def _start_cluster(self) -> None:
-        seconds = self.cluster.up(3)
+        self.say(f"cluster    starting (etcd, kube-apiserver, controllers, kwok; logs {self.cluster.logs_dir()})")
+        with self.progress.waiting("the embedded cluster and its 3 nodes to be ready"):
+            seconds = self.cluster.up(3)
         self.say(f"cluster ready in {seconds:.1f} s (KUBECONFIG={self.cluster.kubeconfig})")
 
     def _install_crds(self) -> None:
@@ -245,7 +365,7 @@ class DevSystem:
         host, _, port = self.resource("xds").endpoints["ads"].rpartition(":")
         objects = proof_objects(udp_port, tcp_port, host, int(port))
         self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
-        pod_ip = wait_for(
+        pod_ip = self.progress.wait_for(
             lambda: (
                 self.cluster.kubectl(
                     "get", "pod", "dev-proxy", "-n", PROOF_NAMESPACE, "-o", "jsonpath={.status.podIP}", check=False
@@ -254,13 +374,13 @@ class DevSystem:
             "the dev-proxy Envoy pod to get an IP",
             timeout=120,
         )
-        udp_reply = wait_for(
+        udp_reply = self.progress.wait_for(
             lambda: echo.call(udp_request(pod_ip, PROOF_UDP_PORT, b"datagram from make dev", timeout=1)),
             f"a UDP reply through Envoy at {pod_ip}:{PROOF_UDP_PORT}",
             timeout=120,
             ignore=(OSError, TimeoutError),
         )
-        tcp_reply = wait_for(
+        tcp_reply = self.progress.wait_for(
             lambda: echo.call(tcp_request(pod_ip, PROOF_TCP_PORT, b"stream from make dev", timeout=1)),
             f"a TCP reply through Envoy at {pod_ip}:{PROOF_TCP_PORT}",
             timeout=60,
@@ -285,8 +405,8 @@ class DevSystem:
             found = self.cluster.kubectl("get", "lb", "dev-public", "-n", "epic-root", "-o", jsonpath, check=False)
             return found.stdout.strip()
 
-        public = wait_for(address, "the dev-public load balancer to get its public address", timeout=60)
-        reply = wait_for(
+        public = self.progress.wait_for(address, "the dev-public load balancer to get its public address", timeout=60)
+        reply = self.progress.wait_for(
             lambda: echo.call(udp_request(public, PROOF_LB_PORT, b"datagram to a public address", timeout=1)),
             f"a UDP reply through the load balancer at {public}:{PROOF_LB_PORT}",
             timeout=120,
@@ -494,8 +614,35 @@ def _http_json(url: str) -> Any:
         return None
 
 
+def refuse_busy_ports(system: DevSystem) -> bool:
+    """Before anything starts: say which of the system's ports are taken, and by whom; True when one is."""
+    busy = busy_ports(system.ports())
+    for line in busy:
+        print(f"make dev: {line}", file=sys.stderr)
+    if busy:
+        advice = "stop it first (what an earlier make dev or dev-up left: `make dev-down`); see docs/troubleshooting.md"
+        print(f"make dev: {advice}", file=sys.stderr)
+    return bool(busy)
+
+
+def running_pid(state: Path) -> int | None:
+    """The pid of a detached dev system (`make dev-up`) that is still running; a stale dev.pid is removed."""
+    pid_file = state / "dev.pid"
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pid_file.unlink()
+        return None
+    return pid
+
+
 def run(root: Path) -> int:
     system = DevSystem(root)
+    if refuse_busy_ports(system):
+        return 1
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -503,7 +650,8 @@ def run(root: Path) -> int:
         system.start()
         text = system.summary()
         (system.dev_dir / "summary.txt").write_text(text)
-        system.say(text + "Ctrl-C stops everything.")
+        print(text, flush=True)
+        system.say("Ctrl-C stops everything.")
         restarts = 0
         while not stop.wait(1.0):
             if system.restarter.total() != restarts:  # keep summary.txt's restart counts current
@@ -531,44 +679,102 @@ def run_step(root: Path, name: str) -> int:
     return 0
 
 
+class LogFollower:
+    """The lines a growing log gains from where it was when followed; only whole lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self._partial = ""
+
+    def new_lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open(errors="replace") as log:
+            log.seek(self.offset)
+            text = log.read()
+            self.offset = log.tell()
+        *lines, self._partial = (self._partial + text).split("\n")
+        return lines
+
+
 def up(root: Path) -> int:
+    """`make dev` detached: shows its progress lines (from .dev/dev.log) until the summary is written."""
     state = dev_dir(root)
     state.mkdir(exist_ok=True)
+    pid = running_pid(state)
+    if pid is not None:
+        print(f"make dev-up: the dev system is already running (pid {pid}); `make dev-down` stops it", file=sys.stderr)
+        return 1
+    if refuse_busy_ports(DevSystem(root)):
+        return 1
     (state / "summary.txt").unlink(missing_ok=True)
-    log = (state / "dev.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tollgate.testing.dev", "run"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log_path = state / "dev.log"
+    follower = LogFollower(log_path)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tollgate.testing.dev", "run"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     (state / "dev.pid").write_text(str(process.pid))
+    print(f"make dev-up: starting the dev system detached (pid {process.pid}, log {log_path})", flush=True)
     deadline = time.monotonic() + 600
     while not (state / "summary.txt").exists():
+        for line in follower.new_lines():
+            if Progress.PREFIX.match(line):
+                print(line, flush=True)
         if process.poll() is not None or time.monotonic() > deadline:
-            print((state / "dev.log").read_text()[-4000:], file=sys.stderr)
+            print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)
+            print(f"make dev-up: the dev system did not come up; the whole log is {log_path}", file=sys.stderr)
             return 1
         time.sleep(0.5)
     print((state / "summary.txt").read_text())
-    print(f"running detached (pid {process.pid}, log {state / 'dev.log'}); `make dev-down` stops it")
+    print(f"running detached (pid {process.pid}, log {log_path}); `make dev-down` stops it")
     return 0
+
+
+def left_behind(ports: dict[int, str]) -> dict[int, str]:
+    """This checkout's services still listening on the dev system's ports after the `make dev` that started them
+    was killed (its services outlive it): pid -> command line."""
+    ours = f"{sys.executable} -m tollgate."
+    pids = {pid for port in ports for pid in listening_pids(port)}
+    return {pid: line for pid in sorted(pids) if (line := _command_line(pid)).startswith(ours)}
+
+
+def _stop(progress: Progress, pid: int, what: str) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with progress.waiting(f"{what} to stop"):
+        wait_for(lambda: not _alive(pid), f"{what} to stop", timeout=math.inf, interval=0.2)
 
 
 def down(root: Path) -> int:
-    pid_file = dev_dir(root) / "dev.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        try:
-            os.kill(pid, signal.SIGTERM)
-            while True:
-                os.kill(pid, 0)
-                time.sleep(0.2)
-        except ProcessLookupError:
-            pass
-        pid_file.unlink()
-    dev_cluster(root).down()
-    print("dev system stopped")
+    state = dev_dir(root)
+    pid = running_pid(state)
+    progress = Progress()
+    if pid is not None:
+        progress.say(f"stopping the dev system (pid {pid}): its services, then the cluster")
+        _stop(progress, pid, f"pid {pid} (log {state / 'dev.log'})")
+        (state / "dev.pid").unlink(missing_ok=True)
+    for orphan, command in left_behind(DevSystem(root).ports()).items():
+        progress.say(f"stopping pid {orphan} ({command}), left behind by a make dev that was killed")
+        _stop(progress, orphan, f"pid {orphan}")
+    with progress.waiting("the embedded cluster to stop"):
+        dev_cluster(root).down()
+    progress.say("dev system stopped")
     return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
