@@ -4,8 +4,8 @@ Spans go to an OTLP/HTTP (JSON) exporter only when `OTEL_EXPORTER_OTLP_ENDPOINT`
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not `none`); otherwise they
 are not recorded at all (a span that goes nowhere would still cost CPU on every request). Metrics are
 read by a Prometheus reader that `/metrics` serves, every name under `tollgate_` (see tollgate.runtime.metrics):
-no `target_info`, and the process collector renamed `tollgate_process_*` (Python's GC and platform collectors
-are left out).
+no `target_info` and no `otel_scope_*` labels, and the process collector renamed `tollgate_process_*`
+(Python's GC and platform collectors are left out).
 
 The exporter speaks OTLP/HTTP with JSON bodies: the protobuf exporter needs `opentelemetry-proto`,
 whose modules xds-protos ships too, in an older version that breaks it (grpc/grpc#42830).
@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from tollgate.runtime import metrics as metrics_prefix
+from tollgate.runtime.metrics import PREFIX
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _prefix_default_collectors() -> None:
         prometheus_client.GC_COLLECTOR,
     ):
         registry.unregister(collector)
-    prometheus_client.ProcessCollector(namespace=metrics_prefix.PREFIX, registry=registry)
+    prometheus_client.ProcessCollector(namespace=PREFIX, registry=registry)
 
 
 def setup_telemetry(service_name: str) -> Telemetry:
@@ -83,7 +83,9 @@ def setup_telemetry(service_name: str) -> Telemetry:
     if exporting:
         tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
     _prefix_default_collectors()
-    meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader(disable_target_info=True)])
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=[PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
+    )
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(meter_provider)
     _installed = Telemetry(tracer_provider, meter_provider, exporting)
