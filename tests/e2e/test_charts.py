@@ -69,7 +69,8 @@ def test_rendered_chart_passes_server_side_dry_run(
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    readiness = {"grpc": {"port": 18000}} if service == "xds" else {"httpGet": {"path": "/readyz", "port": "health"}}
+    assert readiness.items() <= container["readinessProbe"].items(), "gRPC health where the port is plaintext gRPC"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(objects), check=False)
     assert result.returncode == 0, result.stderr

@@ -398,8 +398,10 @@ def test_status_printer_columns_and_events_follow_kubernetes_conventions(
     assert [r for r, _ in events(core, namespace, "plain")].count("JobCreated") == 2
     with urllib.request.urlopen(f"{controller.health_url}/metrics", timeout=5) as response:
         metrics = response.read().decode()
-    assert re.search(r"^goop_jobs_created_total\{.*\} [1-9]", metrics, re.MULTILINE), "Jobs created are counted"
-    assert re.search(r'^goop_reconciles_total\{.*result="ok".*\} [1-9]', metrics, re.MULTILINE)
+    assert re.search(r"^tollgate_jobs_worker_jobs_created_total [1-9]", metrics, re.MULTILINE), (
+        "Jobs created are counted"
+    )
+    assert re.search(r'^tollgate_jobs_reconciles_total\{.*result="ok".*\} [1-9]', metrics, re.MULTILINE)
     table = cluster.kubectl("get", "goop", "plain", "-n", namespace).stdout.split()
     assert table[:8] == ["NAME", "PLACEMENT", "DESIRED", "ACTIVE", "SUCCEEDED", "FAILED", "PHASE", "AGE"]
     assert table[8:15] == ["plain", "Jobs", "2", "0", "2", "0", "Completed"]

@@ -266,7 +266,11 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
             )
 
             metrics = xds.metrics()
-            for name in ("xds_connected_envoys", "xds_pushes_total", "xds_convergence_seconds_bucket"):
+            for name in (
+                "tollgate_xds_connected_envoys",
+                "tollgate_xds_pushes_total",
+                "tollgate_xds_convergence_seconds_bucket",
+            ):
                 assert name in metrics, f"{name} missing from /metrics"
 
             xds.process.stop()
@@ -336,7 +340,7 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
             await eventually(
                 lambda: asyncio.to_thread(events, core, namespace, "first", "Rejected"), "an Event with Envoy's error"
             )
-            nacks = [line for line in xds.metrics().splitlines() if line.startswith("xds_nacks_total{")]
+            nacks = [line for line in xds.metrics().splitlines() if line.startswith("tollgate_xds_nacks_total{")]
             assert [line.rsplit(" ", 1)[1] for line in nacks if 'type="listeners"' in line] == ["1.0"]
 
         edit_vs(custom, namespace, "first", lambda spec: spec["listeners"][0]["udp"]["cluster"].update(hash_key="k"))

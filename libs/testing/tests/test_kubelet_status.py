@@ -6,8 +6,10 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
+from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.testing.kubelet.probes import Probe, Threshold, check, parse_probe
 from tollgate.testing.kubelet.spec import ContainerConfigError
 from tollgate.testing.kubelet.status import ContainerView, pod_status, should_restart, terminated, waiting
@@ -57,6 +59,28 @@ async def test_checks_of_http_and_tcp() -> None:
             assert failure is not None and failure.startswith(f"tcp 127.0.0.1:{port}: ")
     finally:
         server.close()
+
+
+async def test_checks_of_grpc_health() -> None:
+    ready = {"value": False}
+    server = grpc.aio.server()
+    add_standard_services(server, ["tollgate.Example"], lambda: ready["value"])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    assert parse_probe({"grpc": {"port": port}}, CONTAINER, "127.0.0.1") == Probe("grpc", "127.0.0.1", port, "")
+    try:
+        async with aiohttp.ClientSession() as session:
+            probe = Probe("grpc", "127.0.0.1", port, "tollgate.Example")
+            assert await check(probe, session) == "service unhealthy (responded with 'NOT_SERVING')"
+            ready["value"] = True
+            assert await check(probe, session) is None
+            unknown = await check(Probe("grpc", "127.0.0.1", port, "no.Such"), session)
+            assert unknown == f"grpc 127.0.0.1:{port} service 'no.Such': NOT_FOUND: "
+            await server.stop(None)
+            failure = await check(probe, session)
+            assert failure is not None and failure.startswith(f"grpc 127.0.0.1:{port} service 'tollgate.Example': ")
+    finally:
+        await server.stop(None)
 
 
 def test_restart_policies() -> None:

@@ -1,4 +1,5 @@
-{{/* The Deployment, Service and PodDisruptionBudget of a tollgate service. */}}
+{{/* The Deployment, Service and PodDisruptionBudget of a tollgate service, and its ServiceMonitor when enabled.
+The readiness probe is gRPC health on .Values.grpcReadinessPort when set (a plaintext gRPC port), else /readyz. */}}
 {{- define "tollgate.deployment" -}}
 {{- $name := include "tollgate.fullname" . -}}
 {{- $prefix := .Values.envPrefix -}}
@@ -79,9 +80,14 @@ spec:
             port: health
           periodSeconds: 10
         readinessProbe:
+          {{- with .Values.grpcReadinessPort }}
+          grpc:
+            port: {{ . }}
+          {{- else }}
           httpGet:
             path: /readyz
             port: health
+          {{- end }}
           periodSeconds: 5
         resources:
           {{- toYaml .Values.resources | nindent 10 }}
@@ -147,5 +153,9 @@ spec:
   selector:
     matchLabels:
       {{- include "tollgate.selectorLabels" . | nindent 6 }}
+{{- end }}
+{{- with include "tollgate.serviceMonitor" . }}
+---
+{{ . }}
 {{- end }}
 {{- end -}}

@@ -3,7 +3,9 @@
 Spans go to an OTLP/HTTP (JSON) exporter only when `OTEL_EXPORTER_OTLP_ENDPOINT` or
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and `OTEL_TRACES_EXPORTER` is not `none`); otherwise they
 are not recorded at all (a span that goes nowhere would still cost CPU on every request). Metrics are
-read by a Prometheus reader that `/metrics` serves.
+read by a Prometheus reader that `/metrics` serves, every name under `tollgate_` (see tollgate.runtime.metrics):
+no `target_info` and no `otel_scope_*` labels, and the process collector renamed `tollgate_process_*`
+(Python's GC and platform collectors are left out).
 
 The exporter speaks OTLP/HTTP with JSON bodies: the protobuf exporter needs `opentelemetry-proto`,
 whose modules xds-protos ships too, in an older version that breaks it (grpc/grpc#42830).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import prometheus_client
 from opentelemetry import metrics, trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
@@ -21,6 +24,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+from tollgate.runtime.metrics import PREFIX
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,17 @@ def _otlp_exporter() -> SpanExporter:
 _installed: Telemetry | None = None
 
 
+def _prefix_default_collectors() -> None:
+    registry = prometheus_client.REGISTRY
+    for collector in (
+        prometheus_client.PROCESS_COLLECTOR,
+        prometheus_client.PLATFORM_COLLECTOR,
+        prometheus_client.GC_COLLECTOR,
+    ):
+        registry.unregister(collector)
+    prometheus_client.ProcessCollector(namespace=PREFIX, registry=registry)
+
+
 def setup_telemetry(service_name: str) -> Telemetry:
     """Install tracer and meter providers once per process (OTEL_SERVICE_NAME overrides the name)."""
     global _installed
@@ -66,7 +82,10 @@ def setup_telemetry(service_name: str) -> Telemetry:
     tracer_provider = TracerProvider(resource=resource, sampler=None if exporting else ALWAYS_OFF)
     if exporting:
         tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
-    meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader()])
+    _prefix_default_collectors()
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=[PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
+    )
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(meter_provider)
     _installed = Telemetry(tracer_provider, meter_provider, exporting)

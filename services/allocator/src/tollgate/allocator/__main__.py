@@ -103,7 +103,9 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
         lambda: kube.bearer_token(SYSTEM_NAMESPACE, settings.grpc_token_secret), "reading the API token", context.stop
     )
     token = grpc_server.Token(secret)
-    server, port = await grpc_server.start(registry, token, tracer, settings.grpc_address, credentials(settings))
+    server, port = await grpc_server.start(
+        registry, token, tracer, settings.grpc_address, credentials(settings), lambda: not context.health.readiness()
+    )
     serving.set()
     log.info("registration API listening", extra={"port": port, "identity": identity})
     lease = f"tollgate-allocator-{identity}"[:63].rstrip("-")

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from opentelemetry import metrics
 
 from tollgate.allocator import allocation
+from tollgate.allocator import metrics as allocator_metrics
 from tollgate.allocator.allocation import BlockPool
 from tollgate.allocator.k8s import JSON, Kube, is_conflict
 from tollgate.models.base import now_rfc3339
@@ -50,25 +51,12 @@ class Stats:
 class Metrics:
     def __init__(self, meter: metrics.Meter | None = None) -> None:
         meter = meter or metrics.get_meter("tollgate.allocator")
-        self.allocated = meter.create_counter(
-            "tollgate_allocator_tunnel_ids_allocated", description="Tunnel IDs handed out."
-        )
-        self.conflicts = meter.create_counter(
-            "tollgate_allocator_conflicts", description="Writes refused with 409 Conflict (someone wrote first)."
-        )
-        self.retries = meter.create_counter(
-            "tollgate_allocator_retries", description="Writes tried again after a conflict."
-        )
-        self.blocks = meter.create_counter(
-            "tollgate_allocator_tunnel_id_blocks_reserved", description="Blocks of tunnel IDs reserved."
-        )
-        self.reclaimed = meter.create_counter(
-            "tollgate_allocator_tunnel_id_blocks_reclaimed",
-            description="Blocks of gone owners whose record was removed.",
-        )
-        self.service_ids = meter.create_counter(
-            "tollgate_allocator_service_ids_allocated", description="Service IDs handed out to load balancers."
-        )
+        self.allocated = allocator_metrics.TUNNEL_IDS_ALLOCATED.create(meter)
+        self.conflicts = allocator_metrics.CONFLICTS.create(meter)
+        self.retries = allocator_metrics.RETRIES.create(meter)
+        self.blocks = allocator_metrics.TUNNEL_ID_BLOCKS_RESERVED.create(meter)
+        self.reclaimed = allocator_metrics.TUNNEL_ID_BLOCKS_RECLAIMED.create(meter)
+        self.service_ids = allocator_metrics.SERVICE_IDS_ALLOCATED.create(meter)
         self.stats = Stats()
 
     def conflict(self, what: str) -> None:

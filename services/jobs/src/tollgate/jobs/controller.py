@@ -23,6 +23,7 @@ from typing import Any, Protocol, cast
 import kopf
 from pydantic import ValidationError
 
+from tollgate.jobs import metrics as jobs_metrics
 from tollgate.jobs.k8s import GoopApi
 from tollgate.jobs.planning import (
     FAILED,
@@ -75,15 +76,10 @@ class Reconciler:
         self.view: ClusterView | None = None
         self._tracer = telemetry.tracer("tollgate.jobs")
         meter = telemetry.meter("tollgate.jobs")
-        self._reconciles = meter.create_counter("goop_reconciles", description="Goop reconciles, by result")
-        self._duration = meter.create_histogram(
-            "goop_reconcile_duration",
-            unit="s",
-            description="Reconcile time",
-            explicit_bucket_boundaries_advisory=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )
-        self._jobs_created = meter.create_counter("goop_jobs_created", description="Worker Jobs created")
-        self._jobs_deleted = meter.create_counter("goop_jobs_deleted", description="Worker Jobs deleted")
+        self._reconciles = jobs_metrics.RECONCILES.create(meter)
+        self._duration = jobs_metrics.RECONCILE_DURATION.create(meter)
+        self._jobs_created = jobs_metrics.JOBS_CREATED.create(meter)
+        self._jobs_deleted = jobs_metrics.JOBS_DELETED.create(meter)
         retry = Backoff(
             base=min(self.tuning.first_backoff, self.tuning.max_backoff), cap=self.tuning.max_backoff, jitter=0.5
         )

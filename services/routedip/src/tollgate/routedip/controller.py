@@ -39,6 +39,7 @@ from tollgate.models.routedip import (
     parse_port_range,
     service_ref_rule,
 )
+from tollgate.routedip import metrics as routedip_metrics
 from tollgate.routedip.arbitration import CONFLICT, conflict_message, holder_instead, rivals
 from tollgate.routedip.election import Decision, ElectionInput, backing_nodes, decide, usage_by_node
 from tollgate.routedip.firewall import FirewallPlan, plan_firewall
@@ -150,13 +151,9 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         self.tracer = self.telemetry.tracer("tollgate.routedip")
         meter = self.telemetry.meter("tollgate.routedip")
-        self.moves = meter.create_counter("routedip_moves", description="Routed IPs assigned to a node")
-        self.move_seconds = meter.create_histogram(
-            "routedip_move_duration_seconds",
-            unit="s",
-            description="From the first step of a move to its record in the status",
-        )
-        self.errors = meter.create_counter("routedip_reconcile_errors", description="Reconciles that failed")
+        self.moves = routedip_metrics.MOVES.create(meter)
+        self.move_seconds = routedip_metrics.MOVE_DURATION.create(meter)
+        self.errors = routedip_metrics.RECONCILE_ERRORS.create(meter)
 
     # ----- lifecycle -----
     def start(self, indexes: Indexes) -> None:

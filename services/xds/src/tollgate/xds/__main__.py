@@ -13,10 +13,11 @@ from collections.abc import Iterator
 import grpc
 import kopf
 import uvicorn
-from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
@@ -31,6 +32,7 @@ from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
 
 log = logging.getLogger("tollgate.xds")
+ADS_SERVICE = ads_pb2.DESCRIPTOR.services_by_name["AggregatedDiscoveryService"].full_name
 
 
 class Settings(ServiceSettings):
@@ -135,6 +137,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
         AggregatedDiscoveryService(server, limits.ack_timeout), grpc_server
     )
+    add_standard_services(grpc_server, [ADS_SERVICE], lambda: not context.health.readiness())
     grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     await grpc_server.start()
     log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})

@@ -23,12 +23,12 @@ from opentelemetry import metrics, trace
 
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, POD_LABELS_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY
 from tollgate.xds import ir, resources, translate
+from tollgate.xds import metrics as xds_metrics
 from tollgate.xds.resources import DNS, SHORT_NAMES
 from tollgate.xds.streams import Nack, Push, Stream
 from tollgate.xds.world import World
 
 log = logging.getLogger("tollgate.xds.server")
-CONVERGENCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.
 MAX_OUTSTANDING = 1000
 
@@ -111,20 +111,12 @@ class XdsServer:
         self.max_outstanding = max_outstanding
         meter = meter or metrics.get_meter("tollgate.xds")
         self.tracer = tracer or trace.get_tracer("tollgate.xds")
-        self._connected = meter.create_up_down_counter("xds_connected_envoys", description="Envoys connected over ADS")
-        self._pushes = meter.create_counter("xds_pushes", description="xDS responses sent")
-        self._push_resources = meter.create_counter("xds_pushed_resources", description="Resources sent")
-        self._nacks = meter.create_counter("xds_nacks", description="xDS responses an Envoy rejected")
-        self._convergence = meter.create_histogram(
-            "xds_convergence_seconds",
-            unit="s",
-            description="From a change observed to every affected Envoy having ACKed (or rejected) it",
-            explicit_bucket_boundaries_advisory=list(CONVERGENCE_BUCKETS),
-        )
-        self._abandoned = meter.create_counter(
-            "xds_convergence_abandoned",
-            description="Changes no longer waited for: more were outstanding than the cap (an Envoy never answers)",
-        )
+        self._connected = xds_metrics.CONNECTED_ENVOYS.create(meter)
+        self._pushes = xds_metrics.PUSHES.create(meter)
+        self._push_resources = xds_metrics.PUSHED_RESOURCES.create(meter)
+        self._nacks = xds_metrics.NACKS.create(meter)
+        self._convergence = xds_metrics.CONVERGENCE.create(meter)
+        self._abandoned = xds_metrics.CONVERGENCE_ABANDONED.create(meter)
 
     @property
     def outstanding(self) -> int:

@@ -1,5 +1,6 @@
-"""readinessProbe, livenessProbe and startupProbe: httpGet and tcpSocket against the pod IP, as the kubelet
-runs them (period, timeout, initial delay, success and failure thresholds)."""
+"""readinessProbe, livenessProbe and startupProbe: httpGet, tcpSocket and grpc against the pod IP, as the kubelet
+runs them (period, timeout, initial delay, success and failure thresholds). A grpc probe calls grpc.health.v1
+Health/Check in plaintext (as the kubelet does: no TLS) and passes on SERVING."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 from dataclasses import dataclass
 
 import aiohttp
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tollgate.testing.kubelet.spec import ContainerConfigError
 from tollgate.testing.pods import JSON
@@ -14,10 +17,10 @@ from tollgate.testing.pods import JSON
 
 @dataclass(frozen=True)
 class Probe:
-    handler: str  # "httpGet" or "tcpSocket"
+    handler: str  # "httpGet", "tcpSocket" or "grpc"
     host: str
     port: int
-    path: str = "/"
+    path: str = "/"  # a grpc probe's service name
     scheme: str = "HTTP"
     headers: tuple[tuple[str, str], ...] = ()
     initial_delay: float = 0
@@ -30,6 +33,8 @@ class Probe:
     def target(self) -> str:
         if self.handler == "httpGet":
             return f"{self.scheme.lower()}://{self.host}:{self.port}{self.path}"
+        if self.handler == "grpc":
+            return f"grpc {self.host}:{self.port} service {self.path!r}"
         return f"tcp {self.host}:{self.port}"
 
 
@@ -63,6 +68,9 @@ def parse_probe(spec: JSON, container: JSON, pod_ip: str) -> Probe:
             tuple((header["name"], header["value"]) for header in action.get("httpHeaders", [])),
             **timing,
         )
+    if "grpc" in spec:
+        action = spec["grpc"]
+        return Probe("grpc", pod_ip, int(action["port"]), action.get("service", ""), **timing)
     action = spec["tcpSocket"]
     return Probe("tcpSocket", action.get("host") or pod_ip, container_port(action["port"], container), **timing)
 
@@ -75,6 +83,8 @@ async def check(probe: Probe, session: aiohttp.ClientSession) -> str | None:
                 _, writer = await asyncio.open_connection(probe.host, probe.port)
                 writer.close()
                 return None
+            if probe.handler == "grpc":
+                return await _grpc_check(probe)
             async with session.get(probe.target, headers=dict(probe.headers), ssl=False) as response:
                 if 200 <= response.status < 400:
                     return None
@@ -83,6 +93,20 @@ async def check(probe: Probe, session: aiohttp.ClientSession) -> str | None:
         return f"{probe.target}: timeout after {probe.timeout}s"
     except (OSError, aiohttp.ClientError) as error:
         return f"{probe.target}: {error}"
+
+
+async def _grpc_check(probe: Probe) -> str | None:
+    async with grpc.aio.insecure_channel(f"{probe.host}:{probe.port}") as channel:
+        try:
+            answer = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=probe.path), wait_for_ready=False
+            )
+        except grpc.aio.AioRpcError as error:
+            return f"{probe.target}: {error.code().name}: {error.details()}"
+    if answer.status == health_pb2.HealthCheckResponse.SERVING:
+        return None
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+    return f"service unhealthy (responded with {status!r})"
 
 
 class Threshold:

@@ -73,9 +73,8 @@ def unsupported(pod: JSON) -> str | None:
         return "init containers are not supported by the embedded kubelet"
     for container in pod["spec"]["containers"]:
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            handler = next((key for key in ("exec", "grpc") if key in (container.get(kind) or {})), None)
-            if handler is not None:
-                return f"container {container['name']}: {handler} probes are not supported by the embedded kubelet"
+            if "exec" in (container.get(kind) or {}):
+                return f"container {container['name']}: exec probes are not supported by the embedded kubelet"
     return None
 
 

@@ -26,11 +26,13 @@ from tollgate.allocator.registry import (
     Tunnel,
 )
 from tollgate.models.epic import LoadBalancerSpec, LoadBalancerStatus, ServicePort
+from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.runtime.optimistic import OptimisticUpdateError
 
 log = logging.getLogger("tollgate.allocator.grpc")
 Request = TypeVar("Request")
 Response = TypeVar("Response")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Allocator"].full_name
 
 ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -200,12 +202,15 @@ async def start(
     tracer: trace.Tracer,
     address: str,
     credentials: grpc.ServerCredentials | None = None,
+    ready: Callable[[], bool] = lambda: True,
 ) -> tuple[grpc.aio.Server, int]:
-    """Serve the API on `address` (HOST:PORT; port 0 picks one), over TLS when given credentials."""
+    """Serve the API on `address` (HOST:PORT; port 0 picks one), over TLS when given credentials, with gRPC health
+    (SERVING while `ready()`) and reflection."""
     server = grpc.aio.server()
     pb_grpc.add_AllocatorServicer_to_server(  # type: ignore[no-untyped-call]
         AllocatorService(registry, token, tracer), server
     )
+    add_standard_services(server, [SERVICE_NAME], ready)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")

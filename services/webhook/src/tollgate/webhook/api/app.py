@@ -18,6 +18,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException
 
+from tollgate.webhook import metrics as webhook_metrics
 from tollgate.webhook.admission import (
     AdmissionRequest,
     BadReview,
@@ -56,11 +57,7 @@ class Admitter:
         self.limits = limits
         self.pending_wait_seconds = pending_wait_seconds
         meter = meter or metrics.get_meter("tollgate.webhook")
-        self.latency = meter.create_histogram(
-            "tollgate_webhook_admission_seconds",
-            unit="s",
-            description="Time to answer an admission review, by kind, operation and outcome (its count: the reviews).",
-        )
+        self.latency = webhook_metrics.ADMISSION.create(meter)
         self._changed = asyncio.Event()
         store.on_change(self._notify)
 
