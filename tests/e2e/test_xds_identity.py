@@ -22,7 +22,7 @@ from tollgate.testing.envoy import EnvoyProcess, bind_to_pod
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.wait import eventually
+from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import (
     answer,
     apply_vs,
@@ -58,15 +58,18 @@ async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genui
         # Another Envoy, from another address, names itself edge.<namespace> and asks for the same listeners there.
         impostor_ip = spare_loopback()
         bootstrap = bind_to_pod(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=True), impostor_ip)
-        bootstrap["node"] = {"id": f"edge.{namespace}", "metadata": {LISTENER_ADDRESS_KEY: impostor_ip}}
+        metadata = {LISTENER_ADDRESS_KEY: impostor_ip}
+        bootstrap["node"] = {"id": f"edge.{namespace}", "cluster": namespace, "metadata": metadata}
         for kind in ("cds_config", "lds_config"):  # LIVE without a first config, instead of after 15 s
             bootstrap["dynamic_resources"][kind]["initial_fetch_timeout"] = "1s"
         async with EnvoyProcess(bootstrap, admin_host=impostor_ip) as impostor:
             message = f"pod {namespace}/edge has IPs {envoy_ip}, and the connection comes from {impostor_ip}"
-            refused = await eventually(
-                lambda: asyncio.to_thread(events, core, namespace, "edge", "XdsRefused"), "an XdsRefused Event on edge"
-            )
-            assert refused == [f"xDS stream refused: node id 'edge.{namespace}': {message}"]
+            expected = f"xDS stream refused: node id 'edge.{namespace}': {message}"
+
+            async def refused() -> bool:
+                return expected in await asyncio.to_thread(events, core, namespace, "edge", "XdsRefused")
+
+            await eventually(refused, f"the Event {expected!r} on pod edge")
             stats = await impostor.stats()
             assert stats["control_plane.connected_state"] == 0
             assert stats.get("cluster_manager.cds.update_success", 0) == 0
@@ -91,7 +94,8 @@ def test_the_debug_api_answers_on_loopback_only_by_default(run_service: ServiceF
     env = {key: value for key, value in xds_settings().items() if key != "TOLLGATE_XDS_API_HOST"}
     port = free_port("0.0.0.0")
     xds = start_xds(run_service, {**env, "TOLLGATE_XDS_API_PORT": str(port)})
-    assert xds.api("/debug/envoys") == []
+    listed = wait_for(lambda: [xds.api("/debug/envoys")], "the debug API on 127.0.0.1", timeout=30, ignore=(OSError,))
+    assert listed == [[]]
     for address in addresses_other_than("127.0.0.1"):
         with pytest.raises(urllib.error.URLError) as refused:
             urllib.request.urlopen(f"http://{address}:{port}/debug/envoys", timeout=5)
