@@ -3,9 +3,11 @@
 KWOK simulates every other pod; this plays the kubelet for Envoy pods on the embedded cluster. For each
 such pod it reads the bootstrap (a ConfigMap mounted where `-c`/`--config-path` points, or
 `--config-yaml`), expands `$(VAR)` from the pod's env (downward API included), fills the node identity
-from the pod, binds admin and static listeners to the pod IP, and runs Envoy. It stops the process when
-the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready condition. With
-TOLLGATE_SUPERVISOR_HOSTS_FILE (the embedded kubelet's hosts file), Envoy resolves cluster Service names.
+from the pod, binds admin and static listeners to the pod IP, makes its ADS connection from the pod IP (as
+from the pod's network namespace: tollgate-xds admits an Envoy only from its pod's IP), and runs Envoy. It
+stops the process when the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready
+condition. With TOLLGATE_SUPERVISOR_HOSTS_FILE (the embedded kubelet's hosts file), Envoy resolves cluster
+Service names.
 
 Run it as `python -m tollgate.testing.supervisor` (the tests and `make dev` do).
 """
