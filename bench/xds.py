@@ -32,8 +32,8 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
 from bench.measure import rss_mib
-from tollgate.models.envoy import LISTENER_ADDRESS_KEY, POD_LABELS_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY, ads_bootstrap
-from tollgate.testing.envoy import EnvoyProcess
+from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
+from tollgate.testing.envoy import EnvoyProcess, bind_to_pod, envoy_pod_object
 from tollgate.testing.net import free_port
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService
 from tollgate.xds.resources import Resources
@@ -108,6 +108,11 @@ class Result:
     rss_mb: float
 
 
+def envoy_address(index: int) -> str:
+    """The loopback address of Envoy `index`: its pod IP, its admin and listeners' address, its xDS source."""
+    return f"127.88.{index // 250}.{index % 250 + 1}"
+
+
 @contextlib.asynccontextmanager
 async def envoys(count: int, port: int, delta: bool, log_dir: Path) -> AsyncIterator[list[EnvoyProcess]]:
     started: list[EnvoyProcess] = []
@@ -115,17 +120,12 @@ async def envoys(count: int, port: int, delta: bool, log_dir: Path) -> AsyncIter
         for batch in range(0, count, 10):
             group = []
             for index in range(batch, min(batch + 10, count)):
-                address = f"127.88.{index // 250}.{index % 250 + 1}"
-                bootstrap = ads_bootstrap("127.0.0.1", port, delta=delta)
+                address = envoy_address(index)
+                bootstrap = bind_to_pod(ads_bootstrap("127.0.0.1", port, delta=delta), address)
                 bootstrap["node"] = {
                     "id": f"envoy-{index}.{NAMESPACE}",
                     "cluster": NAMESPACE,
-                    "metadata": {
-                        POD_NAME_KEY: f"envoy-{index}",
-                        POD_NAMESPACE_KEY: NAMESPACE,
-                        POD_LABELS_KEY: {"app": "bench"},
-                        LISTENER_ADDRESS_KEY: address,
-                    },
+                    "metadata": {LISTENER_ADDRESS_KEY: address},
                 }
                 envoy = EnvoyProcess(
                     bootstrap,
@@ -163,6 +163,8 @@ async def measure(mode: str, envoy_count: int, listener_count: int, changes: int
     vs_count = max(1, listener_count // LISTENERS_PER_VS)
     for index in range(vs_count):
         server.world.set_virtual_service(virtual_service(index))
+    for index in range(envoy_count):  # the pods tollgate-xds admits the Envoys as
+        server.world.set_pod(envoy_pod_object(f"envoy-{index}", NAMESPACE, envoy_address(index), {"app": "bench"}))
     server.recompute()
 
     def all_synced() -> bool:

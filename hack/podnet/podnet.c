@@ -4,7 +4,9 @@
  * Pods on the embedded cluster share the machine's network, so two pods that both listen on 0.0.0.0:8080
  * would collide. Every listener ends in libc bind(): Python's socket module (uvicorn, aiohttp) and gRPC's
  * C core alike. This bind() replaces the wildcard address (INADDR_ANY, or in6addr_any as the v4-mapped
- * ::ffff:<pod IP> on a dual-stack AF_INET6 socket) with the pod IP named by TOLLGATE_POD_IP; every other
+ * ::ffff:<pod IP> on a dual-stack AF_INET6 socket) with the pod IP named by TOLLGATE_POD_IP. 127.0.0.1 (or
+ * ::ffff:127.0.0.1) is the pod's own loopback in a real pod, which two pods here would share: it becomes the
+ * pod IP too (tollgate-xds's debug API listens on 127.0.0.1, and two replicas meet in a rollout). Every other
  * address, and every call when the variable is unset or not an IPv4 address, goes through unchanged.
  * An IPV6_V6ONLY socket is left alone: it cannot take a v4-mapped address and the pods have no IPv6 one.
  *
@@ -44,14 +46,17 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len) {
         if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
             struct sockaddr_in in;
             memcpy(&in, addr, sizeof in);
-            if (in.sin_addr.s_addr == htonl(INADDR_ANY)) {
+            if (in.sin_addr.s_addr == htonl(INADDR_ANY) || in.sin_addr.s_addr == htonl(INADDR_LOOPBACK)) {
                 in.sin_addr = pod_ip;
                 return real_bind(fd, (const struct sockaddr *)&in, sizeof in);
             }
         } else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
             struct sockaddr_in6 in6;
             memcpy(&in6, addr, sizeof in6);
-            if (IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr) && !v6only(fd)) {
+            const uint32_t loopback = htonl(INADDR_LOOPBACK);
+            int mapped_loopback = IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr) &&
+                                  memcmp(&in6.sin6_addr.s6_addr[12], &loopback, sizeof loopback) == 0;
+            if ((IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr) && !v6only(fd)) || mapped_loopback) {
                 memset(&in6.sin6_addr, 0, sizeof in6.sin6_addr);
                 in6.sin6_addr.s6_addr[10] = 0xff;
                 in6.sin6_addr.s6_addr[11] = 0xff;

@@ -190,3 +190,27 @@ def test_cross_chart_addresses_default_to_where_make_deploy_installs_the_other_c
     for configuration in (o for o in render_chart("webhook") if o["kind"].endswith("WebhookConfiguration")):
         for hook in configuration["webhooks"]:
             assert hook["clientConfig"]["service"]["namespace"] == namespaces["tollgate-webhook"]
+
+
+def test_xds_debug_api_is_on_the_pods_loopback_and_a_service_port_only_when_asked() -> None:
+    """The debug API shows every Envoy's config: by default it is no port of the Service nor the pod, and the
+    service listens on 127.0.0.1 (its default); `debugApi.service: true` publishes it."""
+
+    def rendered(values: dict[str, Any]) -> tuple[list[str], list[str], dict[str, str]]:
+        objects = render_chart("xds", values=values)
+        service = next(o for o in objects if o["kind"] == "Service")
+        [container] = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value", "") for e in container["env"]}
+        service_ports = [f"{p['name']}:{p['port']}->{p['targetPort']}" for p in service["spec"]["ports"]]
+        container_ports = [f"{p['name']}:{p['containerPort']}" for p in container["ports"]]
+        return service_ports, container_ports, env
+
+    service_ports, container_ports, env = rendered({})
+    assert service_ports == ["health:8080->health", "xds:18000->xds"]
+    assert container_ports == ["health:8080", "xds:18000"]
+    assert "TOLLGATE_XDS_API_HOST" not in env and env["TOLLGATE_XDS_API_PORT"] == "8081"
+
+    service_ports, container_ports, env = rendered({"debugApi": {"service": True, "port": 9000}})
+    assert service_ports == ["health:8080->health", "xds:18000->xds", "debug:9000->debug"]
+    assert container_ports == ["health:8080", "xds:18000", "debug:9000"]
+    assert (env["TOLLGATE_XDS_API_HOST"], env["TOLLGATE_XDS_API_PORT"]) == ("0.0.0.0", "9000")

@@ -107,12 +107,19 @@ async def test_a_virtual_service_deleted_before_the_watches_start_leaves_the_env
         apply_vs(custom, namespace, udp_virtual_service(name, f"{name}-l", port, f"{name}-c", target))
     kubeconfig = service_account_kubeconfig(cluster, "xds", tmp_path)
     with api_server_proxy(kubeconfig, tmp_path) as (proxy, proxied):
-        process = ServiceProcess("xds", proxied, tmp_path / "logs", env=env).start()
+        process = ServiceProcess("xds", proxied, tmp_path / "logs", env=env)
+        xds = Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+        # The Envoy's pod is in the first listing: xds admits an Envoy only as a pod it knows, and learns of no
+        # other while its watches are frozen.
+        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
+        await eventually(
+            lambda: asyncio.to_thread(lambda: core.read_namespaced_pod("edge", namespace).status.pod_ip),
+            "the Envoy pod to get its IP",
+        )
+        process.start()
         try:
-            xds = Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
             wait_for(lambda: "ADS serving" in process.logs(), "xds to serve its first listing", interval=0.005)
             proxy.set_mode(Mode.FREEZE)
-            envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
             envoy_ip, _ = await live_envoy(core, namespace, "edge")
             doomed, kept = f"{namespace}/doomed/doomed-l", f"{namespace}/kept/kept-l"
             await eventually(

@@ -140,7 +140,7 @@ def test_a_container_sees_its_mounts_hosts_and_user_and_leaves_nothing_on_the_ma
     assert socket.gethostname() != "pod-a"
 
 
-def test_podnet_binds_the_wildcard_address_to_the_pod_ip() -> None:
+def test_podnet_binds_the_wildcard_and_loopback_addresses_to_the_pod_ip() -> None:
     try:
         podnet = tool("libpodnet.so")
     except ToolsMissingError as error:
@@ -150,12 +150,14 @@ def test_podnet_binds_the_wildcard_address_to_the_pod_ip() -> None:
         "v4 = socket.socket(); v4.bind(('0.0.0.0', 0))\n"
         "v6 = socket.socket(socket.AF_INET6); v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
         "v6.bind(('::', 0))\n"
-        "own = socket.socket(); own.bind(('127.0.0.1', 0))\n"
-        "print(v4.getsockname()[0], v6.getsockname()[0], own.getsockname()[0])\n"
+        "local = socket.socket(); local.bind(('127.0.0.1', 0))\n"
+        "local6 = socket.socket(socket.AF_INET6); local6.bind(('::ffff:127.0.0.1', 0))\n"
+        "own = socket.socket(); own.bind(('127.0.0.5', 0))\n"
+        "print(*(s.getsockname()[0] for s in (v4, v6, local, local6, own)))\n"
     )
     env = {"LD_PRELOAD": str(podnet), POD_IP_VARIABLE: "127.1.9.9", "PATH": os.environ["PATH"]}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert result.stdout.split() == ["127.1.9.9", "::ffff:127.1.9.9", "127.0.0.1"]
+    assert result.stdout.split() == ["127.1.9.9", "::ffff:127.1.9.9", "127.1.9.9", "::ffff:127.1.9.9", "127.0.0.5"]
 
 
 def test_image_files_under_a_volume_are_bound_again_and_no_others() -> None:

@@ -83,11 +83,12 @@ def test_the_hosts_file_is_rewritten_in_place(tmp_path: Path) -> None:
     assert hosts.read_text() == "short\n" and hosts.stat().st_ino == inode
 
 
-async def test_a_cluster_ip_forwards_to_a_ready_endpoint() -> None:
+async def test_a_cluster_ip_forwards_to_a_ready_endpoint_keeping_the_clients_ip() -> None:
     backend_port, service_port = free_port("127.3.0.2"), free_port("127.3.0.1")
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"pod:" + await reader.read(100))
+        client = str(writer.get_extra_info("peername")[0])
+        writer.write(f"pod, from {client}:".encode() + await reader.read(100))
         await writer.drain()
         writer.close()
 
@@ -98,10 +99,10 @@ async def test_a_cluster_ip_forwards_to_a_ready_endpoint() -> None:
     await proxy.sync()
     try:
         for _ in range(3):
-            reader, writer = await asyncio.open_connection("127.3.0.1", service_port)
+            reader, writer = await asyncio.open_connection("127.3.0.1", service_port, local_addr=("127.3.0.9", 0))
             writer.write(b"hello")
             writer.write_eof()
-            assert await reader.read() == b"pod:hello"
+            assert await reader.read() == b"pod, from 127.3.0.9:hello"
             writer.close()
         services.clear()
         await proxy.sync()

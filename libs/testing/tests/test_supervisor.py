@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
-from tollgate.models.envoy import ADMIN_PORT, LISTENER_ADDRESS_KEY, POD_LABELS_KEY
+from tollgate.models.envoy import ADMIN_PORT, LISTENER_ADDRESS_KEY, POD_LABELS_KEY, ads_bootstrap
 from tollgate.testing.pods import container_env, expand
 from tollgate.testing.supervisor import BootstrapError, bootstrap_source, prepare_bootstrap
 
@@ -58,6 +59,13 @@ def test_identity_admin_and_listeners_come_from_the_pod() -> None:
     assert bootstrap["node"]["metadata"][POD_LABELS_KEY] == {"app": "ingress"}
     assert bootstrap["admin"]["address"]["socket_address"] == {"address": "127.1.1.9", "port_value": ADMIN_PORT}
     assert bootstrap["static_resources"]["listeners"][0]["address"]["socket_address"]["address"] == "127.1.1.9"
+
+
+def test_the_xds_connection_comes_from_the_pod_ip() -> None:
+    text = yaml.safe_dump(ads_bootstrap("127.2.0.10", 18000))
+    bootstrap = prepare_bootstrap(POD, text, [], {})
+    [xds] = bootstrap["static_resources"]["clusters"]
+    assert xds["upstream_bind_config"] == {"source_address": {"address": "127.1.1.9", "port_value": 0}}
 
 
 def test_a_bootstrap_that_is_not_a_mapping_is_refused() -> None:

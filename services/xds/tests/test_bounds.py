@@ -12,9 +12,8 @@ import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from google.protobuf import struct_pb2
 
-from tollgate.models.envoy import POD_LABELS_KEY
+from tollgate.testing.envoy import envoy_pod_object
 from tollgate.testing.faultproxy import FaultProxy, Mode
 from tollgate.testing.wait import eventually
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
@@ -34,9 +33,13 @@ def virtual_service(port: int) -> dict[str, Any]:
 
 
 def node() -> base_pb2.Node:
-    metadata = struct_pb2.Struct()
-    metadata.update({POD_LABELS_KEY: {"app": "edge"}})
-    return base_pb2.Node(id="edge.ns", metadata=metadata)
+    return base_pb2.Node(id="edge.ns")
+
+
+def with_envoy_pod(server: XdsServer) -> XdsServer:
+    """`server` knowing the Envoy pod edge.ns (app=edge) at 127.0.0.1, where the test's client connects from."""
+    server.world.set_pod(envoy_pod_object("edge", "ns", "127.0.0.1", {"app": "edge"}))
+    return server
 
 
 @contextlib.asynccontextmanager
@@ -54,7 +57,7 @@ async def serving(server: XdsServer, limits: Limits) -> AsyncIterator[int]:
 
 
 async def test_an_envoy_that_never_answers_keeps_no_more_than_the_cap_and_is_cut() -> None:
-    server = XdsServer(debounce=0, max_outstanding=5)
+    server = with_envoy_pod(XdsServer(debounce=0, max_outstanding=5))
     server.world.set_virtual_service(virtual_service(3000))
     server.recompute()
     async with (
@@ -79,7 +82,7 @@ async def test_an_envoy_that_never_answers_keeps_no_more_than_the_cap_and_is_cut
 
 
 async def test_a_connection_whose_peer_froze_is_closed_by_keepalive() -> None:
-    server = XdsServer(debounce=0)
+    server = with_envoy_pod(XdsServer(debounce=0))
     server.world.set_virtual_service(virtual_service(3000))
     server.recompute()
     async with serving(server, Limits(keepalive_time=1, keepalive_timeout=1)) as port:
@@ -117,7 +120,7 @@ async def _open(channel: grpc.aio.Channel) -> Any:
 
 
 async def test_a_connection_past_its_max_age_and_grace_is_closed() -> None:
-    server = XdsServer(debounce=0)
+    server = with_envoy_pod(XdsServer(debounce=0))
     async with (
         serving(server, Limits(max_connection_age=1, max_connection_age_grace=1)) as port,
         grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
@@ -130,7 +133,7 @@ async def test_a_connection_past_its_max_age_and_grace_is_closed() -> None:
 
 
 async def test_streams_past_the_limit_are_refused() -> None:
-    server = XdsServer(debounce=0)
+    server = with_envoy_pod(XdsServer(debounce=0))
     async with (
         serving(server, Limits(max_streams=1)) as port,
         grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,

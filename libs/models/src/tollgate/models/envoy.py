@@ -29,7 +29,16 @@ def ads_bootstrap(xds_host: str, xds_port: int, *, delta: bool = False) -> dict[
             "ads_config": {
                 "api_type": "DELTA_GRPC" if delta else "GRPC",
                 "transport_api_version": "V3",
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                # A refused or dropped stream is retried within 0.5 to 5 s (Envoy's default backs off to 30 s): an
+                # Envoy that connected before tollgate-xds saw its pod is served moments later.
+                "grpc_services": [
+                    {
+                        "envoy_grpc": {
+                            "cluster_name": XDS_CLUSTER,
+                            "retry_policy": {"retry_back_off": {"base_interval": "0.5s", "max_interval": "5s"}},
+                        }
+                    }
+                ],
                 "set_node_on_first_message_only": True,
             },
             "cds_config": ads,

@@ -15,12 +15,15 @@ from typing import Any, Self
 
 import aiohttp
 
+from tollgate.models.envoy import ENVOY_CONTAINER, ENVOY_PROXY_LABEL, XDS_CLUSTER
 from tollgate.testing.net import free_port
 from tollgate.testing.tools import envoy_binary
 
 __all__ = [
     "EnvoyError",
     "EnvoyProcess",
+    "bind_to_pod",
+    "envoy_pod_object",
     "static_cluster",
     "tcp_proxy_listener",
     "udp_proxy_listener",
@@ -302,6 +305,34 @@ def tcp_proxy_listener(name: str, address: str, port: int, cluster: str) -> dict
                 ]
             }
         ],
+    }
+
+
+def bind_to_pod(bootstrap: dict[str, Any], pod_ip: str, cluster: str = XDS_CLUSTER) -> dict[str, Any]:
+    """``bootstrap`` with the xDS cluster's connections made from ``pod_ip``, as from inside the pod.
+
+    Every pod IP on the embedded cluster is a loopback address of this machine, and a connection to the xDS
+    server would otherwise come from 127.0.0.1: tollgate-xds admits an Envoy only from its pod's IP.
+    """
+    for found in bootstrap.get("static_resources", {}).get("clusters", []):
+        if found.get("name") == cluster:
+            found["upstream_bind_config"] = {"source_address": {"address": pod_ip, "port_value": 0}}
+    return bootstrap
+
+
+def envoy_pod_object(
+    name: str, namespace: str, pod_ip: str, labels: Mapping[str, str] | None = None, uid: str = ""
+) -> dict[str, Any]:
+    """A running Envoy proxy pod as the API server returns it (labelled ``tollgate.io/envoy-proxy=true``, with
+    ``pod_ip``), for an xDS server's pod cache where no cluster runs."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    meta["labels"] = {ENVOY_PROXY_LABEL: "true", **(labels or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": ENVOY_CONTAINER, "image": "envoyproxy/envoy"}]},
+        "status": {"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]},
     }
 
 

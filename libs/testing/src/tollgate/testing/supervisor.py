@@ -3,9 +3,11 @@
 KWOK simulates every other pod; this plays the kubelet for Envoy pods on the embedded cluster. For each
 such pod it reads the bootstrap (a ConfigMap mounted where `-c`/`--config-path` points, or
 `--config-yaml`), expands `$(VAR)` from the pod's env (downward API included), fills the node identity
-from the pod, binds admin and static listeners to the pod IP, and runs Envoy. It stops the process when
-the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready condition. With
-TOLLGATE_SUPERVISOR_HOSTS_FILE (the embedded kubelet's hosts file), Envoy resolves cluster Service names.
+from the pod, binds admin and static listeners to the pod IP, makes its ADS connection from the pod IP (as
+from the pod's network namespace: tollgate-xds admits an Envoy only from its pod's IP), and runs Envoy. It
+stops the process when the pod goes away, restarts it when it crashes, and reflects both in the pod's Ready
+condition. With TOLLGATE_SUPERVISOR_HOSTS_FILE (the embedded kubelet's hosts file), Envoy resolves cluster
+Service names.
 
 Run it as `python -m tollgate.testing.supervisor` (the tests and `make dev` do).
 """
@@ -38,7 +40,7 @@ from tollgate.models.envoy import (
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
-from tollgate.testing.envoy import EnvoyError, EnvoyProcess
+from tollgate.testing.envoy import EnvoyError, EnvoyProcess, bind_to_pod
 from tollgate.testing.pods import JSON, Watches, condition, container_env, expand, patch_pod_status
 
 log = logging.getLogger("tollgate.testing.supervisor")
@@ -115,8 +117,16 @@ def _rebind(node: Any, address: str) -> None:
             _rebind(value, address)
 
 
+def ads_clusters(bootstrap: JSON) -> list[str]:
+    """The static clusters the bootstrap's ADS config streams from (envoy_grpc cluster names)."""
+    ads = bootstrap.get("dynamic_resources", {}).get("ads_config", {})
+    services = ads.get("grpc_services", []) if isinstance(ads, dict) else []
+    return [str(s["envoy_grpc"]["cluster_name"]) for s in services if "cluster_name" in s.get("envoy_grpc", {})]
+
+
 def prepare_bootstrap(pod: JSON, text: str, args: list[str], env: dict[str, str]) -> JSON:
-    """The bootstrap Envoy runs with: identity from the pod, admin and listeners on the pod IP."""
+    """The bootstrap Envoy runs with: identity from the pod, admin and listeners on the pod IP, and its xDS
+    connections made from the pod IP (as from a pod's network namespace; tollgate-xds checks it)."""
     bootstrap = yaml.safe_load(expand(text, env)) or {}
     if not isinstance(bootstrap, dict):
         raise BootstrapError("the bootstrap is not a YAML mapping")
@@ -135,6 +145,8 @@ def prepare_bootstrap(pod: JSON, text: str, args: list[str], env: dict[str, str]
     bootstrap["admin"] = {"address": {"socket_address": {"address": pod_ip, "port_value": ADMIN_PORT}}}
     for listener in bootstrap.get("static_resources", {}).get("listeners", []):
         _rebind(listener.get("address"), pod_ip)
+    for cluster in ads_clusters(bootstrap):
+        bind_to_pod(bootstrap, pod_ip, cluster)
     return bootstrap
 
 

@@ -25,7 +25,8 @@ from tollgate.runtime.settings import ServiceSettings
 from tollgate.xds import handlers
 from tollgate.xds.api.debug import create_app
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
-from tollgate.xds.k8s import Kube
+from tollgate.xds.identity import DEFAULT_WAIT, Gate
+from tollgate.xds.k8s import Kube, RefusalEvents
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
 from tollgate.xds.resync import Mirror
@@ -41,7 +42,11 @@ class Settings(ServiceSettings):
     service_name: str = "tollgate-xds"
     grpc_host: str = Field(default="0.0.0.0", description="Address of the ADS gRPC server.")
     grpc_port: int = Field(default=18000, ge=1, le=65535, description="Port of the ADS gRPC server.")
-    api_host: str = Field(default="0.0.0.0", description="Address of the debug HTTP API.")
+    api_host: str = Field(
+        default="127.0.0.1",
+        description="Address of the debug HTTP API: loopback only by default (it shows every Envoy's config); "
+        "the chart's debugApi.service sets 0.0.0.0.",
+    )
     api_port: int = Field(default=8081, ge=1, le=65535, description="Port of the debug HTTP API.")
     dns_resolvers: str = Field(
         default="",
@@ -87,6 +92,12 @@ class Settings(ServiceSettings):
         default="",
         description="This replica's pod, <namespace>/<name>, under which it reports in VirtualService status; "
         "empty: $POD_NAMESPACE/$POD_NAME, else the host name.",
+    )
+    identity_wait_s: float = Field(
+        default=DEFAULT_WAIT,
+        ge=0,
+        description="An Envoy whose pod is not (yet) known as it must be (labelled, with the connection's IP) waits "
+        "this long for the pod cache before its stream is refused.",
     )
     watch_timeout_s: float = Field(
         default=70,
@@ -134,8 +145,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         ack_timeout=settings.ack_timeout_s,
     )
     grpc_server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.max_streams)
+    gate = Gate(server.world.pod, settings.identity_wait_s, telemetry.meter("tollgate.xds"), RefusalEvents(kube))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
-        AggregatedDiscoveryService(server, limits.ack_timeout), grpc_server
+        AggregatedDiscoveryService(server, limits.ack_timeout, gate), grpc_server
     )
     add_standard_services(grpc_server, [ADS_SERVICE], lambda: not context.health.readiness())
     grpc_server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any, cast
 
 from kubernetes import client
@@ -12,6 +13,7 @@ from kubernetes import client
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
 from tollgate.runtime.kube import event_body, is_not_found, object_reference
 from tollgate.runtime.retry import is_api_failure
+from tollgate.xds.identity import Refusal
 
 log = logging.getLogger("tollgate.xds.k8s")
 COMPONENT = "tollgate-xds"
@@ -53,6 +55,28 @@ class Kube:
             if not is_api_failure(error):
                 raise
             log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
+
+
+class RefusalEvents:
+    """A Warning Event `XdsRefused` on the pod a refused Envoy claimed to be, at most one per pod and reason every
+    `interval` seconds (a refused Envoy retries every few seconds)."""
+
+    def __init__(self, kube: Kube, interval: float = 60) -> None:
+        self.kube = kube
+        self.interval = interval
+        self._posted: dict[tuple[str, str, str], float] = {}
+
+    async def __call__(self, refusal: Refusal) -> None:
+        pod = refusal.pod
+        if pod is None:
+            return
+        key, now = (pod.namespace, pod.name, refusal.reason), time.monotonic()
+        if now - self._posted.get(key, -self.interval) < self.interval:
+            return
+        self._posted = {k: t for k, t in self._posted.items() if now - t < self.interval} | {key: now}
+        meta = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}  # an empty uid is left out
+        reference = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+        await self.kube.event(reference, "Warning", "XdsRefused", f"xDS stream refused: {refusal.message}")
 
 
 # Seconds to connect and to wait for each read of a listing: a frozen connection fails instead of hanging.

@@ -8,6 +8,9 @@ CONVERGENCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 
 
 METRICS = Declarations("xds")
 CONNECTED_ENVOYS = METRICS.gauge("connected_envoys", "Envoys connected over ADS.", labels=("api",))
+REFUSED_STREAMS = METRICS.counter(
+    "refused_streams", "ADS streams refused: the client is not the Envoy pod it names.", labels=("reason",)
+)
 PUSHES = METRICS.counter("pushes", "xDS responses sent.", labels=("type", "api"))
 PUSHED_RESOURCES = METRICS.counter("pushed_resources", "Resources sent in xDS responses.", labels=("type", "api"))
 NACKS = METRICS.counter("nacks", "xDS responses an Envoy rejected.", labels=("type", "api"))

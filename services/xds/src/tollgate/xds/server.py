@@ -15,15 +15,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Any
 
-from envoy.config.core.v3 import base_pb2
-from google.protobuf import json_format
 from opentelemetry import metrics, trace
 
-from tollgate.models.envoy import LISTENER_ADDRESS_KEY, POD_LABELS_KEY, POD_NAME_KEY, POD_NAMESPACE_KEY
 from tollgate.xds import ir, resources, translate
 from tollgate.xds import metrics as xds_metrics
+from tollgate.xds.identity import Identity
 from tollgate.xds.resources import DNS, SHORT_NAMES
 from tollgate.xds.streams import Nack, Push, Stream
 from tollgate.xds.world import World
@@ -31,30 +28,6 @@ from tollgate.xds.world import World
 log = logging.getLogger("tollgate.xds.server")
 # Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.
 MAX_OUTSTANDING = 1000
-
-
-@dataclass
-class Identity:
-    """Who an Envoy is, from its node: `<pod>.<namespace>` and the tollgate.models.envoy metadata keys."""
-
-    node_id: str
-    namespace: str
-    pod: str
-    labels: ir.Labels
-    listener_address: str
-
-    @classmethod
-    def from_node(cls, node: base_pb2.Node) -> Identity:
-        metadata: dict[str, Any] = json_format.MessageToDict(node.metadata) if node.HasField("metadata") else {}
-        pod, _, namespace = node.id.rpartition(".")
-        raw_labels = metadata.get(POD_LABELS_KEY)
-        return cls(
-            node_id=node.id,
-            namespace=str(metadata.get(POD_NAMESPACE_KEY) or namespace or "default"),
-            pod=str(metadata.get(POD_NAME_KEY) or pod or node.id),
-            labels=ir.labels({str(k): str(v) for k, v in raw_labels.items()} if isinstance(raw_labels, dict) else {}),
-            listener_address=str(metadata.get(LISTENER_ADDRESS_KEY) or "0.0.0.0"),
-        )
 
 
 @dataclass
@@ -104,6 +77,7 @@ class XdsServer:
         self.nacks: list[tuple[Connection, Nack]] = []
         self.status_dirty = asyncio.Event()
         self.on_converged: list[Callable[[float], None]] = []
+        self.on_changed: list[Callable[[], None]] = []
         self._ids = count(1)
         self._changes: list[float] = []
         self._dirty = asyncio.Event()
@@ -129,6 +103,8 @@ class XdsServer:
         """Something in `world` changed: recompute after the debounce delay."""
         self._changes.append(time.monotonic())
         self._dirty.set()
+        for callback in self.on_changed:
+            callback()
 
     async def run(self, stop: asyncio.Event) -> None:
         stopping = asyncio.ensure_future(stop.wait())
@@ -198,8 +174,9 @@ class XdsServer:
 
     # --- streams --------------------------------------------------------------------------------------------
 
-    def connect(self, node: base_pb2.Node, delta: bool) -> Connection:
-        conn = Connection(next(self._ids), Identity.from_node(node), self.stream_class(delta))
+    def connect(self, identity: Identity, delta: bool) -> Connection:
+        """An admitted Envoy's stream (tollgate.xds.identity checked who it is)."""
+        conn = Connection(next(self._ids), identity, self.stream_class(delta))
         self.connections[conn.id] = conn
         self._refresh(conn)
         self._connected.add(1, {"api": conn.api})

@@ -46,25 +46,31 @@ NAME_HASH_LENGTH = 12
 
 @dataclass(frozen=True)
 class Pod:
-    """What the translation needs of a pod: where it is, its labels, its IP and whether it is Ready."""
+    """What the translation (and the identity check) needs of a pod: where it is, its labels, its IPs and whether it
+    is Ready."""
 
     namespace: str
     name: str
     labels: ir.Labels
     ip: str | None
     ready: bool
+    ips: tuple[str, ...] = ()
+    uid: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Pod:
         meta, status = obj.get("metadata", {}), obj.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         running = status.get("phase") == "Running" and meta.get("deletionTimestamp") is None
+        ips = (status.get("podIP"), *(entry.get("ip") for entry in status.get("podIPs") or ()))
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
             labels=ir.labels(meta.get("labels")),
             ip=status.get("podIP") or None,
             ready=ready and running,
+            ips=tuple(dict.fromkeys(str(ip) for ip in ips if ip)),
+            uid=str(meta.get("uid") or ""),
         )
 
 

@@ -124,6 +124,9 @@ class World:
                 self._stale.add((kind, source_key))
         return True
 
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        return self.pods.get((namespace, name))
+
     def pod_labels(self, namespace: str, name: str) -> ir.Labels | None:
         pod = self.pods.get((namespace, name))
         return pod.labels if pod is not None else None

@@ -1,6 +1,10 @@
 """Services, as kube-proxy's old userspace mode served them: a listener on each TCP port of each Service's
 ClusterIP, forwarding every connection to a ready endpoint (pod IP, targetPort).
 
+The client's IP is kept, as kube-proxy's iptables mode keeps it: the connection to the endpoint is made from
+the client's own (loopback) address, so a server that checks who connects (tollgate-xds admits an Envoy
+only from its pod's IP) sees the client pod, not this proxy.
+
 On the embedded cluster ClusterIPs come from a loopback range (cluster.SERVICE_CIDR), which this machine can
 listen on, so a client (and the API server, calling a webhook by its Service) reaches a ClusterIP like on
 any cluster. Endpoints come from the pods themselves, the way the EndpointSlice controller picks them
@@ -81,6 +85,18 @@ def listeners(services: Iterable[JSON]) -> dict[Address, tuple[tuple[str, str], 
     return found
 
 
+def client_source(peer: object) -> Address | None:
+    """Where to connect to an endpoint from: the client's IP (any port) when it is a loopback address of this machine,
+    else wherever the kernel picks."""
+    if not isinstance(peer, tuple) or not peer:
+        return None
+    try:
+        loopback = ipaddress.ip_address(peer[0]).is_loopback
+    except ValueError:
+        return None
+    return (str(peer[0]), 0) if loopback else None
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(ConnectionError):
         while data := await reader.read(65536):
@@ -133,10 +149,11 @@ class ServiceProxy:
     async def _forward(self, address: Address, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         backends = self._backends(address) if address in self._routes else []
         random.shuffle(backends)
+        source = client_source(writer.get_extra_info("peername"))
         for backend in backends:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
-                    upstream_reader, upstream_writer = await asyncio.open_connection(*backend)
+                    upstream_reader, upstream_writer = await asyncio.open_connection(*backend, local_addr=source)
             except (OSError, TimeoutError) as error:
                 log.debug("%s:%s -> %s:%s failed: %s", *address, *backend, error)
                 continue

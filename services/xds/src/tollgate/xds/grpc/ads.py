@@ -17,6 +17,7 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf.message import Message
 
+from tollgate.xds.identity import Gate, Refusal
 from tollgate.xds.server import Connection, XdsServer
 from tollgate.xds.streams import Push
 
@@ -79,9 +80,14 @@ def delta_response(push: Push) -> discovery_pb2.DeltaDiscoveryResponse:
 
 
 class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
-    def __init__(self, server: XdsServer, ack_timeout: float = Limits.ack_timeout) -> None:
+    """ADS for the Envoys `gate` admits (by default: those whose pods `server.world` knows, see
+    tollgate.xds.identity); any other stream is closed with PERMISSION_DENIED before anything is sent."""
+
+    def __init__(self, server: XdsServer, ack_timeout: float = Limits.ack_timeout, gate: Gate | None = None) -> None:
         self.server = server
         self.ack_timeout = ack_timeout
+        self.gate = gate or Gate(server.world.pod)
+        server.on_changed.append(self.gate.pods_changed)
 
     async def StreamAggregatedResources(
         self, requests: AsyncIterator[discovery_pb2.DiscoveryRequest], context: grpc.aio.ServicerContext
@@ -131,7 +137,11 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
             first = await anext(iterator)
         except StopAsyncIteration:
             return
-        conn = self.server.connect(first.node, delta)
+        identity = await self.gate.admit(first.node, context.peer())
+        if isinstance(identity, Refusal):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, identity.message)
+            return
+        conn = self.server.connect(identity, delta)
         self._handle(conn, first)
         reader = asyncio.create_task(self._read(conn, iterator), name=f"xds read {conn.identity.node_id}")
         sent_at = 0.0

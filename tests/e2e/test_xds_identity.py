@@ -1,0 +1,104 @@
+"""xDS identity end to end: the real service, the embedded cluster, real Envoys.
+
+An Envoy pod's Envoy (run by the supervisor, connecting from its pod IP) is served; a real Envoy elsewhere that
+claims the same node id gets nothing, and the pod gets a Warning Event saying why. The debug API, which shows every
+Envoy's config, answers on loopback only unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from kubernetes import client
+
+from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
+from tollgate.testing.echo import UDPEcho
+from tollgate.testing.envoy import EnvoyProcess, bind_to_pod
+from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.net import free_port
+from tollgate.testing.services import ServiceProcess
+from tollgate.testing.wait import eventually, wait_for
+from tollgate.testing.xds import (
+    answer,
+    apply_vs,
+    envoy_pod,
+    events,
+    live_envoy,
+    spare_loopback,
+    start_xds,
+    udp_virtual_service,
+    xds_settings,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genuine_one_is_served(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    supervisor: ServiceProcess,
+) -> None:
+    xds = start_xds(run_service, xds_settings())
+    target = spare_loopback()
+    async with UDPEcho(target, 1234, name="echo"):
+        apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
+        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
+        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        await eventually(
+            lambda: answer(envoy_ip, 3001), "the genuine Envoy to forward on 3001", ignore=(TimeoutError, OSError)
+        )
+
+        # Another Envoy, from another address, names itself edge.<namespace> and asks for the same listeners there.
+        impostor_ip = spare_loopback()
+        bootstrap = bind_to_pod(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=True), impostor_ip)
+        metadata = {LISTENER_ADDRESS_KEY: impostor_ip}
+        bootstrap["node"] = {"id": f"edge.{namespace}", "cluster": namespace, "metadata": metadata}
+        for kind in ("cds_config", "lds_config"):  # LIVE without a first config, instead of after 15 s
+            bootstrap["dynamic_resources"][kind]["initial_fetch_timeout"] = "1s"
+        async with EnvoyProcess(bootstrap, admin_host=impostor_ip) as impostor:
+            message = f"pod {namespace}/edge has IPs {envoy_ip}, and the connection comes from {impostor_ip}"
+            expected = f"xDS stream refused: node id 'edge.{namespace}': {message}"
+
+            async def refused() -> bool:
+                return expected in await asyncio.to_thread(events, core, namespace, "edge", "XdsRefused")
+
+            await eventually(refused, f"the Event {expected!r} on pod edge")
+            stats = await impostor.stats()
+            assert stats["control_plane.connected_state"] == 0
+            assert stats.get("cluster_manager.cds.update_success", 0) == 0
+            assert stats.get("listener_manager.lds.update_success", 0) == 0
+            assert await impostor.listeners() == [], "the impostor got no listener"
+            refusals = [
+                line for line in xds.metrics().splitlines() if line.startswith("tollgate_xds_refused_streams_total{")
+            ]
+            assert refusals and all('reason="PeerMismatch"' in line for line in refusals)
+            assert [e["node"] for e in xds.api("/debug/envoys")] == [f"edge.{namespace}"]
+            assert await answer(envoy_ip, 3001) == "echo", "the genuine Envoy is still served"
+
+
+def addresses_other_than(host: str) -> list[str]:
+    """Addresses of this machine other than `host` to try: another loopback one, and a non-loopback one if any."""
+    found = ["127.0.0.2"]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+        found.append(str(probe.getsockname()[0]))
+    return [a for a in found if a != host and not a.startswith("0.")]
+
+
+def test_the_debug_api_answers_on_loopback_only_by_default(run_service: ServiceFactory) -> None:
+    env = {key: value for key, value in xds_settings().items() if key != "TOLLGATE_XDS_API_HOST"}
+    port = free_port("0.0.0.0")
+    xds = start_xds(run_service, {**env, "TOLLGATE_XDS_API_PORT": str(port)})
+    listed = wait_for(lambda: [xds.api("/debug/envoys")], "the debug API on 127.0.0.1", timeout=30, ignore=(OSError,))
+    assert listed == [[]]
+    for address in addresses_other_than("127.0.0.1"):
+        with pytest.raises(urllib.error.URLError) as refused:
+            urllib.request.urlopen(f"http://{address}:{port}/debug/envoys", timeout=5)
+        assert isinstance(refused.value.reason, ConnectionRefusedError), (address, refused.value)
