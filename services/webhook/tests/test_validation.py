@@ -949,6 +949,21 @@ def test_ports_of_another_groups_bootstrap_are_free(check: Check, sample: Sample
     assert check(proxy, group, other) == []
 
 
+def test_a_group_bootstrap_binding_a_port_its_proxies_use_is_refused(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"] = [{"port": 80, "protocol": "TCP"}, {"port": 8081, "protocol": "TCP"}]
+    elsewhere = named(sample("LoadBalancer"), "other-group")
+    elsewhere["spec"]["service-group"] = "other"
+    elsewhere["spec"]["public-ports"] = [{"port": 9000, "protocol": "TCP"}]
+    group["spec"]["envoy-bootstrap"] = CUSTOM_BOOTSTRAP
+    namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
+    assert check(group, lb, elsewhere) == [
+        "spec.envoy-bootstrap: listener 'health' of the group's envoy-bootstrap binds TCP port 8081, which "
+        f"LoadBalancer {namespace}/{name} of this group listens on (spec.public-ports[1].port): its Envoy could not "
+        "bind that listener"
+    ]
+
+
 @pytest.mark.parametrize("template", ["{node_id", "just text", "admin: 3", "- a list"])
 def test_a_bootstrap_that_is_not_a_mapping_reserves_only_the_admin_port(
     check: Check, sample: Sample, group: Obj, template: str

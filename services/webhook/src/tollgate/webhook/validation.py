@@ -401,6 +401,37 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
             yield Violation("spec.service-id", f"is immutable once set (was {before}, now {now})")
 
 
+def _proxy_ports(obj: JSONObject) -> Iterator[tuple[str, str, int]]:
+    """(field, protocol, port) of every port a stored LoadBalancer's or GWProxy's Envoy listens on."""
+    spec = _spec(obj)
+    for index, port in enumerate(spec.get("public-ports") or []):
+        if isinstance(port, Mapping) and isinstance(port.get("port"), int):
+            yield f"spec.public-ports[{index}].port", str(port.get("protocol") or "TCP"), port["port"]
+    gateway = spec.get("gateway")
+    listeners = gateway.get("listeners") if isinstance(gateway, Mapping) else None
+    for index, listener in enumerate(listeners if isinstance(listeners, list) else []):
+        if isinstance(listener, Mapping) and isinstance(listener.get("port"), int):
+            yield f"spec.gateway.listeners[{index}].port", "TCP", listener["port"]
+
+
+def _lb_service_group(resource: LBServiceGroup, review: Review) -> Iterator[Violation]:
+    """A group's custom `envoy-bootstrap` may not bind a port its LoadBalancers or GWProxies already listen on."""
+    if resource.spec.envoy_bootstrap is None:
+        return
+    bound = bootstrap_ports(resource.spec.envoy_bootstrap)
+    for model in (LoadBalancer, GWProxy):
+        for proxy in review.existing(model, "namespace", review.namespace):
+            if _spec(proxy).get("service-group") != review.name:
+                continue
+            for where, protocol, port in _proxy_ports(proxy):
+                if (what := bound.get((protocol, port))) is not None:
+                    yield Violation(
+                        "spec.envoy-bootstrap",
+                        f"{what} binds {protocol} port {port}, which {model.resource.kind} {reference(proxy)} of "
+                        f"this group listens on ({where}): its Envoy could not bind that listener",
+                    )
+
+
 def _load_balancer(resource: LoadBalancer, review: Review) -> Iterator[Violation]:
     yield from _proxy(resource, review)
     if review.old_spec is None:
@@ -749,7 +780,7 @@ Rule = Callable[[Any, Review], Iterator[Violation]]
 RULES: dict[Model, Rule] = {
     EPIC: _epic,
     Account: _account,
-    LBServiceGroup: _none,
+    LBServiceGroup: _lb_service_group,
     LoadBalancer: _load_balancer,
     GWProxy: _gw_proxy,
     GWRoute: _gw_route,
