@@ -141,8 +141,8 @@ ALLOCATOR_REFUSALS = [
     ),
     Refusal(
         "read ConfigMaps",
-        lambda ns: ["get", "configmaps", "-n", "kube-system"],
-        'cannot list resource "configmaps"',
+        lambda ns: ["get", "configmap", "kube-root-ca.crt", "-n", "kube-system"],
+        'cannot get resource "configmaps"',
     ),
     Refusal(
         "create an Account",
