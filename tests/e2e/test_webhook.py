@@ -887,8 +887,8 @@ def test_kubectl_shows_why_an_admin_port_listener_and_a_too_long_load_balancer_n
     for obj, message in (
         (
             admin,
-            f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's "
-            f"bootstrap binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})",
+            f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which the Envoy binds at "
+            f"start: a listener there cannot bind (reserved: {ADMIN_PORT}/TCP)",
         ),
         (
             long_name,
