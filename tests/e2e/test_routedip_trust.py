@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tollgate.models.routedip import GROUP, JOB_SERVICE_ACCOUNT, VERSION
+from tollgate.models.routedip import DIGITALOCEAN_API_URL, GROUP, JOB_SERVICE_ACCOUNT, VERSION
 from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster
@@ -278,6 +278,67 @@ def test_a_job_class_asking_for_privileges_is_not_accepted_and_runs_no_job(
         release(custom, namespace)
 
 
+def chart_env(service: str, values: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment the service's chart gives its container (plain values only)."""
+    objects = render_chart(service, values=values)
+    container = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_a_class_naming_a_secret_outside_token_secrets_is_not_accepted(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    classes: list[str],
+    token_secret: list[dict[str, str]],
+) -> None:
+    """The chart lets the controller read only tokenSecrets: a class naming another Secret is told so in its
+    Accepted condition, naming the field, rather than failing on the API server's 403 at every retry."""
+    other = {"name": "database-password", "namespace": SYSTEM_NAMESPACE}
+    class_name = make_class(custom, classes, "digitalocean", fromSecretsRef=[*token_secret, other])
+    make_service(core, namespace)
+    start_controller(
+        run_service, TOLLGATE_ROUTEDIP_TOKEN_SECRETS=chart_env("routedip")["TOLLGATE_ROUTEDIP_TOKEN_SECRETS"]
+    )
+    try:
+        make_routed_ip(custom, namespace, "web", class_name, "203.0.113.45", namespace)
+
+        accepted = not_accepted(custom, class_name)
+        assert accepted["reason"] == "SecretNotAllowed"
+        assert accepted["message"] == (
+            "spec.fromSecretsRef[1].name: tollgate-routedip may read only the Secrets its chart's tokenSecrets lists "
+            "(digitalocean-token), not 'database-password'"
+        )
+        assert "spec.fromSecretsRef[1].name" in ready_reason(custom, namespace, "web", "ClassNotAccepted")["message"]
+    finally:
+        release(custom, namespace)
+
+
+def test_both_charts_take_the_routed_ip_trust_from_one_value() -> None:
+    """The webhook judges classes by the trust the controller acts by: one `routedipTrust` value feeds both."""
+    trust = {
+        "apiURLs": ["https://api.digitalocean.com", "https://do-proxy.example.com"],
+        "httpHosts": [],
+        "jobServiceAccount": "routedip-jobs",
+    }
+    expected = {
+        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS": "https://api.digitalocean.com,https://do-proxy.example.com",
+        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS": "",
+        "TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT": "routedip-jobs",
+    }
+    for service in ("routedip", "webhook"):
+        env = chart_env(service, {"routedipTrust": trust})
+        assert {name: env.get(name) for name in expected} == expected, service
+        defaults = chart_env(service)
+        assert defaults["TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT"] == JOB_SERVICE_ACCOUNT, service
+        assert defaults["TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS"] == DIGITALOCEAN_API_URL, service
+    objects = render_chart("routedip", values={"routedipTrust": trust})
+    accounts = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
+    assert "routedip-jobs" in accounts, "the routedip chart makes the ServiceAccount the value names"
+
+
 def test_the_chart_grants_secrets_by_name_and_a_job_service_account_without_rights() -> None:
     objects = render_chart("routedip", values={"tokenSecrets": ["digitalocean-token", "do-staging"]})
     rules = [rule for o in objects if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]]
@@ -294,6 +355,7 @@ def test_the_chart_grants_secrets_by_name_and_a_job_service_account_without_righ
     container = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT"] == JOB_SERVICE_ACCOUNT
+    assert env["TOLLGATE_ROUTEDIP_TOKEN_SECRETS"] == "digitalocean-token,do-staging"
     assert accounts[JOB_SERVICE_ACCOUNT]["automountServiceAccountToken"] is False
     bound = {s["name"] for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in o["subjects"]}
     assert JOB_SERVICE_ACCOUNT not in bound, "the Jobs' ServiceAccount is granted nothing"

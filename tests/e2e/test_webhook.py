@@ -862,8 +862,8 @@ def test_kubectl_shows_why_an_admin_port_listener_and_a_too_long_load_balancer_n
     for obj, message in (
         (
             admin,
-            f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's "
-            f"bootstrap binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})",
+            f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which the Envoy binds at "
+            f"start: a listener there cannot bind (reserved: {ADMIN_PORT}/TCP)",
         ),
         (
             long_name,
@@ -896,3 +896,51 @@ def test_a_stopped_webhook_refuses_clearly_instead_of_admitting_silently(
     custom.create_namespaced_custom_object(
         "goop.example.com", "v1alpha1", namespace, "goops", goop(namespace, "unlabelled")
     )
+
+
+def test_the_epic_singleton_is_not_deleted_while_a_group_or_load_balancer_exists(
+    webhook: Webhook, namespace: str, epic_namespace: str
+) -> None:
+    """DELETE of epic/epic reaches the webhook (its registration asks for it) and is refused, naming the user,
+    until nothing uses it. Dry runs: the singleton stays for the other tests."""
+    info = INFO["EPIC"]
+    if webhook.get("EPIC", "epic", epic_namespace) is None:
+        webhook.create(_epic(epic_namespace))
+    else:  # the webhook judges (and caches) only objects with the test's label
+        labels = {"metadata": {"labels": {LABEL: webhook.label}}}
+        webhook.custom.patch_namespaced_custom_object(
+            info.group, info.version, epic_namespace, info.plural, "epic", labels
+        )
+
+    def delete_epic() -> Any:
+        return webhook.custom.delete_namespaced_custom_object(
+            info.group, info.version, epic_namespace, info.plural, "epic", dry_run="All"
+        )
+
+    webhook.create(_group(namespace, "users"))
+    webhook.create(_lb(namespace, "web", {"service-group": "users", "public-address": "192.168.77.90"}))
+    message = wait_for(  # until the webhook's cache has seen both
+        lambda: webhook.refusal(delete_epic),
+        "the refusal of deleting the EPIC singleton",
+        timeout=30,
+        ignore=(AssertionError,),
+    )
+    assert message == (
+        'admission webhook "validate.epics.epic.acnodal.io" denied the request: the EPIC singleton epic/epic is in use '
+        f"by LoadBalancer {namespace}/web, LBServiceGroup {namespace}/users: it holds their tunnel IDs; delete every "
+        "LoadBalancer, GWProxy and LBServiceGroup first"
+    )
+    lb_info, group_info = INFO["LoadBalancer"], INFO["LBServiceGroup"]
+    webhook.custom.delete_namespaced_custom_object(lb_info.group, lb_info.version, namespace, lb_info.plural, "web")
+    webhook.custom.delete_namespaced_custom_object(
+        group_info.group, group_info.version, namespace, group_info.plural, "users"
+    )
+
+    def deletable() -> bool:
+        try:
+            delete_epic()
+        except client.ApiException:
+            return False
+        return True
+
+    wait_for(deletable, "deleting the unused EPIC singleton to be allowed", timeout=30)

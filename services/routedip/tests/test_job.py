@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
+import pytest
+
 from tollgate.routedip.providers.job import CLASS_LABEL, OPERATION_LABEL, build_job, job_outcome, operation_id
 from tollgate.routedip.state import class_state
 
@@ -43,6 +47,7 @@ def test_a_job_carries_the_parameters_the_secrets_and_its_owner() -> None:
         action="assign",
         operation="abc123",
         env={"ROUTED_IP": "203.0.113.1", "NODE_NAME": "n2"},
+        service_account="tollgate-routedip-job",
     )
     assert job["metadata"]["namespace"] == "tollgate-system"
     assert job["metadata"]["name"].startswith("routedip-assign-abc123-")
@@ -82,3 +87,22 @@ def test_job_outcomes() -> None:
         }
     }
     assert job_outcome(failed) == ("failed", "DeadlineExceeded: Job was active longer than specified deadline")
+
+
+@pytest.mark.parametrize("named", [None, "tollgate-routedip-job"])
+def test_a_jobs_pods_run_as_the_job_service_account_without_a_token(named: str | None) -> None:
+    """Also when the template names none: the namespace's default ServiceAccount is not the job's."""
+    template = copy.deepcopy(TEMPLATE)
+    if named is not None:
+        template["template"]["spec"]["serviceAccountName"] = named
+    job = build_job(
+        template,
+        routed_ip_class=CLASS,
+        namespace="tollgate-system",
+        action="assign",
+        operation="abc123",
+        env={},
+        service_account="tollgate-routedip-job",
+    )
+    pod = job["spec"]["template"]["spec"]
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("tollgate-routedip-job", False)

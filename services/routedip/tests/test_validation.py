@@ -46,6 +46,23 @@ def test_digitalocean_needs_a_token_secret_in_reach() -> None:
     assert far[0][1].startswith("spec.fromSecretsRef[0].namespace: must be 'tollgate-system'")
 
 
+def secret(name: str) -> dict[str, str]:
+    return {"name": name, "namespace": "tollgate-system"}
+
+
+def test_a_secret_outside_the_charts_token_secrets_is_not_allowed() -> None:
+    state = class_state(routed_ip_class(provider="local", fromSecretsRef=[secret("do-token"), secret("db")]))
+    assert class_problems(state, "tollgate-system", token_secrets=frozenset({"do-token"})) == [
+        (
+            "SecretNotAllowed",
+            "spec.fromSecretsRef[1].name: tollgate-routedip may read only the Secrets its chart's tokenSecrets lists "
+            "(do-token), not 'db'",
+        )
+    ]
+    assert class_problems(state, "tollgate-system", token_secrets=frozenset({"do-token", "db"})) == []
+    assert class_problems(state, "tollgate-system") == []  # not told: any Secret of its namespace
+
+
 def test_the_job_provider_needs_a_valid_template() -> None:
     assert dict(problems(routed_ip_class(provider="job")))["MissingJobTemplate"] == (
         "spec.updateRoutedIP: required when spec.provider is job"

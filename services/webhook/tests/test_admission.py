@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tollgate.models import EPIC, Goop, LoadBalancer, VirtualService
-from tollgate.webhook.admission import BadReview, mutate, parse_review, review
+from tollgate.webhook.admission import BadReview, mutate, parse_review, review, without_cache
 from tollgate.webhook.kinds import kind_of
 from tollgate.webhook.validation import Limits
 
@@ -176,3 +176,55 @@ def test_a_metadata_only_update_gets_no_defaults(make_review: MakeReview, sample
     finalized["metadata"]["finalizers"] = []
     decision = mutate(GOOP, parse_review(body(make_review(finalized, "UPDATE", stored))))
     assert (decision.allowed, decision.patch) == (True, [])
+
+
+# ---- the EPIC singleton is not deleted while anything uses it ----
+
+
+@pytest.mark.parametrize("user", ["LoadBalancer", "GWProxy", "LBServiceGroup"])
+def test_deleting_the_epic_singleton_in_use_is_refused_naming_the_user(
+    make_review: MakeReview, sample: Sample, store_with: Callable[..., Any], user: str
+) -> None:
+    used = sample(user)
+    decision = review(
+        kind_of(EPIC), parse_review(body(make_review(None, "DELETE", sample("EPIC")))), store_with(used), Limits()
+    )
+    assert not decision.allowed
+    response = decision.response("u")["response"]["status"]
+    assert (response["code"], response["reason"]) == (409, "Conflict")
+    assert response["message"] == (
+        f"the EPIC singleton epic/epic is in use by {user} {used['metadata']['namespace']}/{used['metadata']['name']}: "
+        "it holds their tunnel IDs; delete every LoadBalancer, GWProxy and LBServiceGroup first"
+    )
+
+
+def test_a_refused_epic_deletion_names_five_users_and_counts_the_rest(
+    make_review: MakeReview, sample: Sample, store_with: Callable[..., Any]
+) -> None:
+    groups = []
+    for index in range(7):
+        group = sample("LBServiceGroup")
+        group["metadata"]["name"] = f"g{index}"
+        groups.append(group)
+    request = parse_review(body(make_review(None, "DELETE", sample("EPIC"))))
+    message = review(kind_of(EPIC), request, store_with(*groups), Limits()).response("u")["response"]["status"][
+        "message"
+    ]
+    namespace = groups[0]["metadata"]["namespace"]
+    named = ", ".join(f"LBServiceGroup {namespace}/g{index}" for index in range(5))
+    assert f"in use by {named} and 2 more: " in message
+
+
+def test_the_epic_singleton_goes_when_nothing_uses_it(
+    make_review: MakeReview, sample: Sample, store_with: Callable[..., Any]
+) -> None:
+    unrelated = sample("VirtualService")
+    request = parse_review(body(make_review(None, "DELETE", sample("EPIC"))))
+    assert without_cache(kind_of(EPIC), request) is None  # the answer reads the cache
+    assert review(kind_of(EPIC), request, store_with(unrelated), Limits()).allowed
+
+
+def test_deleting_other_kinds_never_waits_for_the_cache(make_review: MakeReview, sample: Sample) -> None:
+    request = parse_review(body(make_review(None, "DELETE", sample("LoadBalancer"))))
+    decision = without_cache(kind_of(LoadBalancer), request)
+    assert decision is not None and decision.allowed

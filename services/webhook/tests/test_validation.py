@@ -860,8 +860,8 @@ def test_a_port_conflict_names_three_objects_and_counts_the_rest(check: Check) -
 def test_a_tcp_listener_on_the_envoy_admin_port_is_refused(check: Check) -> None:
     vs = virtual_service("vs", listener("admin", ADMIN_PORT, "tcp"), listener("udp-admin", ADMIN_PORT))
     assert check(vs) == [
-        f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's bootstrap "
-        f"binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})"
+        f"spec.listeners[0].tcp.port: TCP port {ADMIN_PORT} is the Envoy admin port, which the Envoy binds at start: "
+        f"a listener there cannot bind (reserved: {ADMIN_PORT}/TCP)"
     ]
 
 
@@ -882,9 +882,96 @@ def test_a_public_port_on_the_envoy_admin_port_is_refused(check: Check, sample: 
     proxy = sample(kind)
     proxy["spec"]["public-ports"] = [{"port": ADMIN_PORT, "protocol": "TCP"}, {"port": ADMIN_PORT, "protocol": "UDP"}]
     assert check(proxy, group) == [
-        f"spec.public-ports[0].port: TCP port {ADMIN_PORT} is the Envoy admin port, which every Envoy's bootstrap "
-        f"binds: a listener there cannot bind (reserved TCP ports: {ADMIN_PORT})"
+        f"spec.public-ports[0].port: TCP port {ADMIN_PORT} is the Envoy admin port, which the Envoy binds at start: "
+        f"a listener there cannot bind (reserved: {ADMIN_PORT}/TCP)"
     ]
+
+
+CUSTOM_BOOTSTRAP = """
+admin:
+  address: {socket_address: {address: 0.0.0.0, port_value: 9000}}
+static_resources:
+  listeners:
+  - name: health
+    address: {socket_address: {address: 0.0.0.0, port_value: 8081}}
+  - name: dns
+    address: {socket_address: {address: 0.0.0.0, port_value: 53, protocol: UDP}}
+  clusters:
+  - name: tollgate-xds
+    load_assignment:
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: "{xds_host}", port_value: {xds_port}}}}
+node: {id: "{node_id}", cluster: "{cluster}"}
+"""
+
+
+@pytest.mark.parametrize("kind", ["LoadBalancer", "GWProxy"])
+def test_a_public_port_the_groups_bootstrap_binds_is_refused(
+    check: Check, sample: Sample, group: Obj, kind: str
+) -> None:
+    group["spec"]["envoy-bootstrap"] = CUSTOM_BOOTSTRAP
+    proxy = sample(kind)
+    proxy["spec"]["public-ports"] = [
+        {"port": 9000, "protocol": "TCP"},
+        {"port": 8081, "protocol": "TCP"},
+        {"port": 53, "protocol": "UDP"},
+        {"port": 53, "protocol": "TCP"},
+        {"port": ADMIN_PORT, "protocol": "TCP"},
+    ]
+    reserved = f"(reserved: 53/UDP, 8081/TCP, 9000/TCP, {ADMIN_PORT}/TCP)"
+    assert check(proxy, group) == [
+        "spec.public-ports[0].port: TCP port 9000 is the admin port of the group's envoy-bootstrap, which the Envoy "
+        f"binds at start: a listener there cannot bind {reserved}",
+        "spec.public-ports[1].port: TCP port 8081 is listener 'health' of the group's envoy-bootstrap, which the Envoy "
+        f"binds at start: a listener there cannot bind {reserved}",
+        "spec.public-ports[2].port: UDP port 53 is listener 'dns' of the group's envoy-bootstrap, which the Envoy "
+        f"binds at start: a listener there cannot bind {reserved}",
+        f"spec.public-ports[4].port: TCP port {ADMIN_PORT} is the Envoy admin port, which the Envoy binds at start: "
+        f"a listener there cannot bind {reserved}",
+    ]
+
+
+def test_a_gateway_listener_on_a_port_the_groups_bootstrap_binds_is_refused(
+    check: Check, sample: Sample, group: Obj
+) -> None:
+    group["spec"]["envoy-bootstrap"] = CUSTOM_BOOTSTRAP
+    proxy = sample("GWProxy")
+    proxy["spec"]["gateway"]["listeners"] = [{"name": "web", "port": 8081, "protocol": "HTTP"}]
+    assert [violation.partition(":")[0] for violation in check(proxy, group)] == ["spec.gateway.listeners[0].port"]
+
+
+def test_ports_of_another_groups_bootstrap_are_free(check: Check, sample: Sample, group: Obj) -> None:
+    other = named(sample("LBServiceGroup"), "other")
+    other["spec"]["envoy-bootstrap"] = CUSTOM_BOOTSTRAP
+    proxy = sample("LoadBalancer")
+    proxy["spec"]["public-ports"] = [{"port": 9000, "protocol": "TCP"}, {"port": 8081, "protocol": "TCP"}]
+    assert check(proxy, group, other) == []
+
+
+def test_a_group_bootstrap_binding_a_port_its_proxies_use_is_refused(check: Check, sample: Sample, group: Obj) -> None:
+    lb = sample("LoadBalancer")
+    lb["spec"]["public-ports"] = [{"port": 80, "protocol": "TCP"}, {"port": 8081, "protocol": "TCP"}]
+    elsewhere = named(sample("LoadBalancer"), "other-group")
+    elsewhere["spec"]["service-group"] = "other"
+    elsewhere["spec"]["public-ports"] = [{"port": 9000, "protocol": "TCP"}]
+    group["spec"]["envoy-bootstrap"] = CUSTOM_BOOTSTRAP
+    namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
+    assert check(group, lb, elsewhere) == [
+        "spec.envoy-bootstrap: listener 'health' of the group's envoy-bootstrap binds TCP port 8081, which "
+        f"LoadBalancer {namespace}/{name} of this group listens on (spec.public-ports[1].port): its Envoy could not "
+        "bind that listener"
+    ]
+
+
+@pytest.mark.parametrize("template", ["{node_id", "just text", "admin: 3", "- a list"])
+def test_a_bootstrap_that_is_not_a_mapping_reserves_only_the_admin_port(
+    check: Check, sample: Sample, group: Obj, template: str
+) -> None:
+    group["spec"]["envoy-bootstrap"] = template
+    proxy = sample("LoadBalancer")
+    proxy["spec"]["public-ports"] = [{"port": 9000, "protocol": "TCP"}]
+    assert check(proxy, group) == []
 
 
 def test_a_gateway_listener_on_the_admin_port_or_named_like_the_xds_cluster_is_refused(

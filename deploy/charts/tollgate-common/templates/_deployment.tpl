@@ -58,6 +58,7 @@ spec:
         - name: OTEL_EXPORTER_OTLP_ENDPOINT
           value: {{ . | quote }}
         {{- end }}
+        {{- include "tollgate.routedipTrust" . | nindent 8 }}
         {{- range $key, $value := .Values.env }}
         - name: {{ $key }}
           value: {{ tpl (toString $value) $ | quote }}

@@ -6,6 +6,11 @@ pods are processes on one machine), LISTENER_ADDRESS_KEY tells the xDS server wh
 listeners to instead of 0.0.0.0.
 """
 
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import yaml
+
 ENVOY_PROXY_LABEL = "tollgate.io/envoy-proxy"
 ENVOY_CONTAINER = "envoy"
 BOOTSTRAP_KEY = "envoy.yaml"
@@ -83,3 +88,59 @@ def ads_bootstrap(xds_host: str, xds_port: int, *, delta: bool = False) -> dict[
             ]
         },
     }
+
+
+def fill_bootstrap(template: str, values: Mapping[str, str]) -> str:
+    """An LBServiceGroup's `envoy-bootstrap` template with its placeholders (`{node_id}`, `{cluster}`,
+    `{xds_address}`, `{xds_host}`, `{xds_port}`) replaced by `values`."""
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template
+
+
+# Stand-ins for the placeholders, to read a template's own ports before any proxy fills it in.
+_PLACEHOLDER_SAMPLES = {
+    "node_id": "node",
+    "cluster": "cluster",
+    "xds_address": "xds:1",
+    "xds_host": "xds",
+    "xds_port": "1",
+}
+
+
+def bootstrap_ports(template: str) -> dict[tuple[str, int], str]:
+    """The (protocol, port) pairs an `envoy-bootstrap` template binds before xDS adds anything, each with what
+    binds it: the admin server and the static listeners. Empty for a template that is not a YAML mapping."""
+    try:
+        document = yaml.safe_load(fill_bootstrap(template, _PLACEHOLDER_SAMPLES))
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(document, dict):
+        return {}
+    ports: dict[tuple[str, int], str] = {}
+    admin = document.get("admin")
+    if isinstance(admin, dict):
+        for protocol, port in _socket_ports(admin.get("address")):
+            ports.setdefault((protocol, port), "the admin port of the group's envoy-bootstrap")
+    static = document.get("static_resources")
+    listeners = static.get("listeners") if isinstance(static, dict) else None
+    for listener in listeners if isinstance(listeners, list) else []:
+        if not isinstance(listener, dict):
+            continue
+        name = listener.get("name")
+        what = (
+            f"listener {name!r} of the group's envoy-bootstrap" if name else "a listener of the group's envoy-bootstrap"
+        )
+        for protocol, port in _socket_ports(listener.get("address")):
+            ports.setdefault((protocol, port), what)
+    return ports
+
+
+def _socket_ports(address: Any) -> Iterator[tuple[str, int]]:
+    """The (protocol, port) of an Envoy `Address` with a `socket_address` (TCP unless it says UDP)."""
+    socket = address.get("socket_address") if isinstance(address, dict) else None
+    if not isinstance(socket, dict):
+        return
+    port = socket.get("port_value")
+    if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        yield str(socket.get("protocol") or "TCP").upper(), port

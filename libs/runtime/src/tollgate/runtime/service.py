@@ -11,6 +11,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pydantic import AliasChoices
+
 from tollgate.runtime.health import HealthServer
 from tollgate.runtime.kube import use_timeouts
 from tollgate.runtime.logging import setup_logging
@@ -36,7 +38,9 @@ def settings_help(settings_class: type[ServiceSettings]) -> str:
     lines = ["environment:"]
     for name, field in settings_class.model_fields.items():
         default = "" if field.is_required() else f" (default: {field.get_default(call_default_factory=True)})"
-        lines.append(f"  {prefix}{name.upper():<28} {field.description or ''}{default}")
+        alias = field.validation_alias
+        variable = alias.choices[0] if isinstance(alias, AliasChoices) else alias or f"{prefix}{name.upper()}"
+        lines.append(f"  {variable!s:<28} {field.description or ''}{default}")
     return "\n".join(lines)
 
 

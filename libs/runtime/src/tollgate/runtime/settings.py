@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.runtime.kube import KubeTimeouts
+
+ROUTEDIP_API_URLS = "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS"
+ROUTEDIP_HTTP_HOSTS = "TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS"
+ROUTEDIP_JOB_SERVICE_ACCOUNT = "TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT"
 
 
 class ServiceSettings(BaseSettings):
@@ -55,3 +60,34 @@ class ControllerSettings(ServiceSettings):
     lease_duration_seconds: float = Field(
         default=15.0, ge=2, le=300, description="Seconds a Lease nobody renews stays held before a standby takes over."
     )
+
+
+class RoutedIPTrustSettings(BaseSettings):
+    """What a ClusterRoutedIPClass may ask of the routedip controller (tollgate.models.routedip.Trust). The
+    controller acts by it and the webhook judges classes by it, so both read these same variables, whatever their
+    own prefix; both charts set them from one value, `routedipTrust` (tollgate-common's `tollgate.routedipTrust`)."""
+
+    routedip_api_urls: str = Field(
+        default=DIGITALOCEAN_API_URL,
+        validation_alias=AliasChoices(ROUTEDIP_API_URLS),
+        description="Comma-separated allow-list of DigitalOcean API origins (scheme://host[:port]) a class's "
+        "spec.digitalocean.apiURL may name: the class's API token is sent there.",
+    )
+    routedip_http_hosts: str = Field(
+        default="",
+        validation_alias=AliasChoices(ROUTEDIP_HTTP_HOSTS),
+        description="Comma-separated host:port of allow-listed API origins that may be plain http (a fake API on "
+        "loopback in tests); empty in production, where the token only travels over https.",
+    )
+    routedip_job_service_account: str = Field(
+        default=JOB_SERVICE_ACCOUNT,
+        validation_alias=AliasChoices(ROUTEDIP_JOB_SERVICE_ACCOUNT),
+        description="The only ServiceAccount a job provider template may name, and the one its pods run as (the "
+        "routedip chart provides it, with no permissions).",
+    )
+
+    def routed_ip_trust(self) -> Trust:
+        """The Trust these settings describe; ValueError naming the variable when an allowed URL breaks the rule."""
+        return Trust.parse(
+            self.routedip_api_urls, self.routedip_http_hosts, self.routedip_job_service_account, ROUTEDIP_API_URLS
+        )

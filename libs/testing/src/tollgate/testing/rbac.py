@@ -1,5 +1,5 @@
-"""Run a service with exactly its chart's permissions: the RBAC objects rendered from its Helm chart,
-applied to the cluster, and a kubeconfig holding a token of the chart's ServiceAccount."""
+"""Run a service with exactly its chart's permissions: the RBAC objects and admission policies rendered from its
+Helm chart, applied to the cluster, and a kubeconfig holding a token of the chart's ServiceAccount."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.tools import repo_root, tool
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+# What RBAC cannot narrow, a chart refuses with a ValidatingAdmissionPolicy bound to its ServiceAccount.
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 NAMESPACE = "tollgate-system"
 
 
@@ -53,8 +55,8 @@ def render_chart(
 
 
 def service_account_kubeconfig(cluster: EmbeddedCluster, service: str, directory: Path) -> Path:
-    """Apply the chart's RBAC and return a kubeconfig that authenticates as its ServiceAccount."""
-    objects = [o for o in render_chart(service) if o["kind"] in RBAC_KINDS]
+    """Apply the chart's RBAC and admission policies; a kubeconfig that authenticates as its ServiceAccount."""
+    objects = [o for o in render_chart(service) if o["kind"] in RBAC_KINDS | POLICY_KINDS]
     account = next(o for o in objects if o["kind"] == "ServiceAccount")
     name = str(account["metadata"]["name"])
     namespace = release_namespace(service)

@@ -8,7 +8,14 @@ from typing import Any
 
 import yaml
 
-from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.models.envoy import (
+    ADMIN_PORT,
+    BOOTSTRAP_KEY,
+    ENVOY_CONTAINER,
+    ENVOY_PROXY_LABEL,
+    ads_bootstrap,
+    fill_bootstrap,
+)
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     GWPROXY_LABEL,
@@ -58,11 +65,7 @@ def bootstrap(group: LBServiceGroupSpec, load_balancer: str, xds_address: str) -
     if group.envoy_bootstrap is None:
         return yaml.safe_dump(ads_bootstrap(host, port), sort_keys=False)
     values = {"node_id": NODE_ID, "cluster": load_balancer, "xds_address": xds_address}
-    values |= {"xds_host": host, "xds_port": str(port)}
-    text = group.envoy_bootstrap
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
+    return fill_bootstrap(group.envoy_bootstrap, values | {"xds_host": host, "xds_port": str(port)})
 
 
 def owner_reference(obj: JSON) -> JSON:

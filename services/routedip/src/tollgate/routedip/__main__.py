@@ -7,17 +7,16 @@ import sys
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
 from tollgate.routedip.handlers import build_registry
 from tollgate.routedip.k8s import Kube
 from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ControllerSettings
+from tollgate.runtime.settings import ControllerSettings, RoutedIPTrustSettings
 
 
-class Settings(ControllerSettings):
+class Settings(ControllerSettings, RoutedIPTrustSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_ROUTEDIP_", extra="ignore")
 
     service_name: str = "tollgate-routedip"
@@ -29,20 +28,10 @@ class Settings(ControllerSettings):
     )
     workers: int = Field(default=32, ge=1, le=256, description="Routed IPs reconciled at once.")
     job_wait_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for a provider Job per pass.")
-    digitalocean_api_urls: str = Field(
-        default=DIGITALOCEAN_API_URL,
-        description="Comma-separated allow-list of DigitalOcean API origins (scheme://host[:port]) a class's "
-        "spec.digitalocean.apiURL may name: the class's API token is sent there.",
-    )
-    digitalocean_http_hosts: str = Field(
-        default="",
-        description="Comma-separated host:port of allow-listed API origins that may be plain http (a fake API on "
-        "loopback in tests); empty in production, where the token only travels over https.",
-    )
-    job_service_account: str = Field(
-        default=JOB_SERVICE_ACCOUNT,
-        description="The only ServiceAccount a job provider template may name (the chart provides it, with no "
-        "permissions).",
+    token_secrets: str | None = Field(
+        default=None,
+        description="Comma-separated names of the Secrets the controller may read (the chart's tokenSecrets): a "
+        "class naming another gets Accepted=False SecretNotAllowed. Unset: any Secret of its namespace.",
     )
     failpoints: str = Field(
         default="",
@@ -56,12 +45,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     unknown = failpoints - set(FAILPOINTS)
     if unknown:
         raise ValueError(f"TOLLGATE_ROUTEDIP_FAILPOINTS: unknown failpoint(s) {sorted(unknown)}; known: {FAILPOINTS}")
-    trust = Trust.parse(
-        settings.digitalocean_api_urls,
-        settings.digitalocean_http_hosts,
-        settings.job_service_account,
-        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS",
-    )
+    trust = settings.routed_ip_trust()
     kube = Kube(settings.kubeconfig, threads=max(8, settings.workers * 2))
     config = ControllerConfig(
         system_namespace=settings.system_namespace,
@@ -69,6 +53,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         failpoints=failpoints,
         job_wait_timeout=settings.job_wait_timeout,
         trust=trust,
+        token_secrets=None
+        if settings.token_secrets is None
+        else frozenset(name.strip() for name in settings.token_secrets.split(",") if name.strip()),
     )
     controller = Controller(kube, config, context.telemetry)
     try:

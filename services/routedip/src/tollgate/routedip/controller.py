@@ -93,6 +93,8 @@ class ControllerConfig:
     failpoints: frozenset[str] = frozenset()
     job_wait_timeout: float = 120.0
     trust: Trust = field(default_factory=Trust)
+    # The Secrets the controller may read (the chart's tokenSecrets); None: any of its namespace.
+    token_secrets: frozenset[str] | None = None
 
 
 def _first(store: Iterable[Any] | None) -> Any:
@@ -362,7 +364,7 @@ class Controller:
             self._firewall_applied = {k: v for k, v in self._firewall_applied.items() if k != name}
             return
         same_name = [c.name for c in self.classes(cls.class_name)]
-        problems = class_problems(cls, self.config.system_namespace, same_name, self.config.trust)
+        problems = self.class_problems(cls, same_name)
         status = ClusterRoutedIPClassStatus.model_validate(cls.status)
         before = status.to_wire()
         status.observed_generation = cls.generation
@@ -381,13 +383,17 @@ class Controller:
             else:
                 self.event(involved_class(cls), "Normal", "Accepted", "the class can be served")
 
+    def class_problems(self, cls: ClassState, same_name: list[str]) -> list[tuple[str, str]]:
+        config = self.config
+        return class_problems(cls, config.system_namespace, same_name, config.trust, config.token_secrets)
+
     def class_for(self, rip: RoutedIPState) -> tuple[ClassState | None, tuple[str, str] | None]:
         candidates = self.classes(rip.class_name)
         if not candidates:
             return None, ("ClassNotFound", f"spec.className: no ClusterRoutedIPClass has className {rip.class_name!r}")
         cls = candidates[0]
         same_name = [c.name for c in candidates]
-        problems = class_problems(cls, self.config.system_namespace, same_name, self.config.trust)
+        problems = self.class_problems(cls, same_name)
         if problems:
             return None, ("ClassNotAccepted", f"ClusterRoutedIPClass {cls.name}: " + "; ".join(m for _, m in problems))
         return cls, None

@@ -15,9 +15,14 @@ DEFAULT_TRUST = Trust()
 
 
 def class_problems(
-    state: ClassState, system_namespace: str, same_class_name: Iterable[str] = (), trust: Trust = DEFAULT_TRUST
+    state: ClassState,
+    system_namespace: str,
+    same_class_name: Iterable[str] = (),
+    trust: Trust = DEFAULT_TRUST,
+    token_secrets: frozenset[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """(reason, message) for everything that stops the class from being served; empty when it can be."""
+    """(reason, message) for everything that stops the class from being served; empty when it can be.
+    `token_secrets`: the Secrets the controller may read (its chart's tokenSecrets); None: any of its namespace."""
     if state.spec is None:
         return [("InvalidSpec", state.spec_error or "spec: invalid")]
     spec = state.spec
@@ -38,6 +43,15 @@ def class_problems(
                     "SecretOutOfReach",
                     f"spec.fromSecretsRef[{index}].namespace: must be {system_namespace!r}, the namespace "
                     f"tollgate-routedip runs in (got {ref.namespace!r})",
+                )
+            )
+        elif token_secrets is not None and ref.name not in token_secrets:
+            allowed = ", ".join(sorted(token_secrets)) or "none"
+            problems.append(
+                (
+                    "SecretNotAllowed",
+                    f"spec.fromSecretsRef[{index}].name: tollgate-routedip may read only the Secrets its chart's "
+                    f"tokenSecrets lists ({allowed}), not {ref.name!r}",
                 )
             )
     if spec.provider == "digitalocean":

@@ -14,10 +14,9 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import RoutedIPTrustSettings, ServiceSettings
 from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
@@ -28,7 +27,7 @@ from tollgate.webhook.registration import TIMEOUT_SECONDS
 from tollgate.webhook.validation import INDEXES, Limits
 
 
-class Settings(ServiceSettings):
+class Settings(ServiceSettings, RoutedIPTrustSettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_WEBHOOK_", extra="ignore")
 
     service_name: str = "tollgate-webhook"
@@ -52,21 +51,6 @@ class Settings(ServiceSettings):
         description="Largest request body read; a larger one gets a 413 before it is parsed (4 MiB holds the "
         "review of an update of the largest object etcd stores, 1.5 MiB, twice).",
     )
-    routedip_api_urls: str = Field(
-        default=DIGITALOCEAN_API_URL,
-        description="Comma-separated DigitalOcean API origins a ClusterRoutedIPClass may name (as tollgate-routedip's "
-        "TOLLGATE_ROUTEDIP_DIGITALOCEAN_API_URLS).",
-    )
-    routedip_http_hosts: str = Field(
-        default="",
-        description="Comma-separated host:port of those that may be plain http "
-        "(as TOLLGATE_ROUTEDIP_DIGITALOCEAN_HTTP_HOSTS).",
-    )
-    routedip_job_service_account: str = Field(
-        default=JOB_SERVICE_ACCOUNT,
-        description="The only ServiceAccount a job provider template may name "
-        "(as TOLLGATE_ROUTEDIP_JOB_SERVICE_ACCOUNT).",
-    )
     label_selector: str | None = Field(
         default=None,
         description="Cache only objects with these labels (match the configurations' objectSelector).",
@@ -83,12 +67,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         store,
         Limits(
             max_goop_jobs=settings.max_goop_jobs,
-            routed_ip_trust=Trust.parse(
-                settings.routedip_api_urls,
-                settings.routedip_http_hosts,
-                settings.routedip_job_service_account,
-                "TOLLGATE_WEBHOOK_ROUTEDIP_API_URLS",
-            ),
+            routed_ip_trust=settings.routed_ip_trust(),
         ),
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),

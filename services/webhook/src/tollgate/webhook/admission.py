@@ -16,7 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tollgate.webhook.defaulting import JSONPatch, default_patch
 from tollgate.webhook.kinds import Kind
-from tollgate.webhook.validation import Limits, View, Violation, field_path, parse, validate
+from tollgate.webhook.validation import (
+    DELETION_RULES,
+    Limits,
+    View,
+    Violation,
+    field_path,
+    parse,
+    validate,
+    validate_deletion,
+)
 
 API_VERSION = "admission.k8s.io/v1"
 # The deepest nesting of a review body taken: the object sits 3 levels down, tollgate's kinds nest about 10 more
@@ -197,11 +206,13 @@ def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
 
 
 def without_cache(kind: Kind, request: AdmissionRequest) -> Decision | None:
-    """The validation decision that needs no other object (a wrong path, a DELETE, a metadata-only update, no
-    object), or None when the rules must read the cache: answered before any wait for the cache."""
+    """The validation decision that needs no other object (a wrong path, a DELETE no rule guards, a metadata-only
+    update, no object), or None when the rules must read the cache: answered before any wait for the cache."""
     if mismatch := _mismatch(kind, request):
         return mismatch
     obj = _object(request)
+    if request.operation == "DELETE" and kind.model in DELETION_RULES:
+        return None
     if request.operation not in ("CREATE", "UPDATE"):
         return Decision(allowed=True)
     if obj is None:
@@ -215,6 +226,8 @@ def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) ->
     """Validation: allowed, or denied with every violation (so nothing is half-applied)."""
     if (decision := without_cache(kind, request)) is not None:
         return decision
+    if request.operation == "DELETE":
+        return _deletion(kind, request, view)
     obj = _object(request)
     assert obj is not None  # without_cache answered a request without one
     metadata = obj["metadata"]
@@ -228,3 +241,12 @@ def review(kind: Kind, request: AdmissionRequest, view: View, limits: Limits) ->
         limits=limits,
     )
     return _denial(kind, obj, violations) if violations else Decision(allowed=True)
+
+
+def _deletion(kind: Kind, request: AdmissionRequest, view: View) -> Decision:
+    """A DELETE of an object a rule guards: allowed, or 409 Conflict saying what still needs it."""
+    violations = validate_deletion(kind.model, request.namespace, request.name, view)
+    if not violations:
+        return Decision(allowed=True)
+    subject = {"group": kind.group, "kind": kind.name, "name": request.name}
+    return Decision(allowed=False, violations=violations, code=409, reason="Conflict", subject=subject)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tollgate.webhook.kinds import KINDS, Kind, Operation
+from tollgate.webhook.validation import DELETION_RULES
 
 DEFAULT_NAME = "tollgate-webhook"
 TIMEOUT_SECONDS = 5
@@ -61,6 +62,9 @@ class Registration:
         return config
 
     def webhook(self, kind: Kind, operation: Operation) -> dict[str, Any]:
+        # Deletions reach the webhook only for the kinds whose deletion a rule guards (the EPIC singleton).
+        guarded = operation == "validate" and kind.model in DELETION_RULES
+        operations = ["CREATE", "UPDATE", "DELETE"] if guarded else ["CREATE", "UPDATE"]
         hook: dict[str, Any] = {
             "name": kind.webhook_name(operation),
             "admissionReviewVersions": ["v1"],
@@ -69,7 +73,7 @@ class Registration:
                 {
                     "apiGroups": [kind.group],
                     "apiVersions": [kind.version],
-                    "operations": ["CREATE", "UPDATE"],
+                    "operations": operations,
                     "resources": [kind.plural],
                     "scope": "Cluster" if kind.cluster_scoped else "Namespaced",
                 }

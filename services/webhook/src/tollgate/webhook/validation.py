@@ -32,7 +32,7 @@ from tollgate.models import (
     ServicePrefix,
     VirtualService,
 )
-from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER, bootstrap_ports
 from tollgate.models.epic import (
     GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
@@ -60,9 +60,12 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 HEADER_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 THIS_NETWORK = IPv4Network("0.0.0.0/8")
 MAX_LABEL_VALUE = 63
-# The TCP ports every Envoy's bootstrap takes before xDS adds a listener (its admin server): a listener there
-# fails to bind, and Envoy rejects the whole listener update it came in.
-RESERVED_TCP_PORTS = {ADMIN_PORT: "the Envoy admin port"}
+# The (protocol, port) pairs every Envoy's bootstrap takes before xDS adds a listener (its admin server): a listener
+# there fails to bind, and Envoy rejects the whole listener update it came in. A group's custom `envoy-bootstrap`
+# adds its own (tollgate.models.envoy.bootstrap_ports) for its LoadBalancers and GWProxies.
+RESERVED_PORTS: Mapping[tuple[str, int], str] = {("TCP", ADMIN_PORT): "the Envoy admin port"}
+# The LoadBalancers, GWProxies or LBServiceGroups a refused deletion of the EPIC singleton names.
+MAX_USERS_NAMED = 5
 # The label the allocator puts a proxy object's name in, on its Envoy Deployment, pods and ConfigMap.
 NAME_LABELS = {"LoadBalancer": LOAD_BALANCER_LABEL, "GWProxy": GWPROXY_LABEL}
 
@@ -175,6 +178,12 @@ def _endpoint_identity(obj: JSONObject) -> list[Hashable]:
     return [(identity(obj)[0], *fields)]
 
 
+def _all(obj: JSONObject) -> list[Hashable]:
+    """One key for every object: `lookup(kind, "all", ALL)` lists them all."""
+    return [ALL]
+
+
+ALL = "all"
 IndexFunc = Callable[[JSONObject], Iterable[Hashable]]
 
 INDEXES: dict[Model, dict[str, IndexFunc]] = {
@@ -184,9 +193,13 @@ INDEXES: dict[Model, dict[str, IndexFunc]] = {
         "port-label-value": _port_label_values,
     },
     Account: {},
-    LBServiceGroup: {},
-    LoadBalancer: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]]},
-    GWProxy: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]]},
+    LBServiceGroup: {"all": _all},
+    LoadBalancer: {
+        "public-address": _scalar("public-address"),
+        "namespace": lambda obj: [identity(obj)[0]],
+        "all": _all,
+    },
+    GWProxy: {"public-address": _scalar("public-address"), "namespace": lambda obj: [identity(obj)[0]], "all": _all},
     RemoteEndpoint: {"identity": _endpoint_identity},
     ClusterRoutedIPClass: {"className": _scalar("className")},
     RoutedIP: {"routedIP": _routed_ip_key},
@@ -263,13 +276,26 @@ def _label_violations(labels: Mapping[str, str], field: str) -> Iterator[Violati
             )
 
 
-def _reserved_port(protocol: str, port: int, field: str) -> Iterator[Violation]:
-    if protocol == "TCP" and port in RESERVED_TCP_PORTS:
+def _reserved_port(
+    protocol: str, port: int, field: str, reserved: Mapping[tuple[str, int], str] = RESERVED_PORTS
+) -> Iterator[Violation]:
+    if (what := reserved.get((protocol, port))) is not None:
+        taken = ", ".join(f"{number}/{name}" for name, number in sorted(reserved, key=lambda key: (key[1], key[0])))
         yield Violation(
             field,
-            f"TCP port {port} is {RESERVED_TCP_PORTS[port]}, which every Envoy's bootstrap binds: a listener there "
-            f"cannot bind (reserved TCP ports: {', '.join(map(str, sorted(RESERVED_TCP_PORTS)))})",
+            f"{protocol} port {port} is {what}, which the Envoy binds at start: a listener there cannot bind "
+            f"(reserved: {taken})",
         )
+
+
+def _group_reserved_ports(review: Review, group: str) -> Mapping[tuple[str, int], str]:
+    """The ports the Envoys of a proxy in service group `group` bind at start: the admin port, and those of the
+    group's custom `envoy-bootstrap` template."""
+    stored = review.view.get(LBServiceGroup.resource.kind, review.namespace, group)
+    template = _spec(stored).get("envoy-bootstrap") if stored is not None else None
+    if not isinstance(template, str):
+        return RESERVED_PORTS
+    return {**bootstrap_ports(template), **RESERVED_PORTS}
 
 
 def _reserved_name(name: str, field: str) -> Iterator[Violation]:
@@ -339,9 +365,10 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
     pairs: dict[tuple[int, str], int] = {}
     node_ports: dict[tuple[int, str], int] = {}
     names: dict[str, int] = {}
+    reserved = _group_reserved_ports(review, spec.service_group)
     for index, port in enumerate(spec.public_ports):
         field = f"spec.public-ports[{index}]"
-        yield from _reserved_port(port.protocol, port.port, f"{field}.port")
+        yield from _reserved_port(port.protocol, port.port, f"{field}.port", reserved)
         first = pairs.setdefault((port.port, port.protocol), index)
         if first != index:
             yield Violation(
@@ -374,6 +401,37 @@ def _proxy(resource: LoadBalancer | GWProxy, review: Review) -> Iterator[Violati
             yield Violation("spec.service-id", f"is immutable once set (was {before}, now {now})")
 
 
+def _proxy_ports(obj: JSONObject) -> Iterator[tuple[str, str, int]]:
+    """(field, protocol, port) of every port a stored LoadBalancer's or GWProxy's Envoy listens on."""
+    spec = _spec(obj)
+    for index, port in enumerate(spec.get("public-ports") or []):
+        if isinstance(port, Mapping) and isinstance(port.get("port"), int):
+            yield f"spec.public-ports[{index}].port", str(port.get("protocol") or "TCP"), port["port"]
+    gateway = spec.get("gateway")
+    listeners = gateway.get("listeners") if isinstance(gateway, Mapping) else None
+    for index, listener in enumerate(listeners if isinstance(listeners, list) else []):
+        if isinstance(listener, Mapping) and isinstance(listener.get("port"), int):
+            yield f"spec.gateway.listeners[{index}].port", "TCP", listener["port"]
+
+
+def _lb_service_group(resource: LBServiceGroup, review: Review) -> Iterator[Violation]:
+    """A group's custom `envoy-bootstrap` may not bind a port its LoadBalancers or GWProxies already listen on."""
+    if resource.spec.envoy_bootstrap is None:
+        return
+    bound = bootstrap_ports(resource.spec.envoy_bootstrap)
+    for model in (LoadBalancer, GWProxy):
+        for proxy in review.existing(model, "namespace", review.namespace):
+            if _spec(proxy).get("service-group") != review.name:
+                continue
+            for where, protocol, port in _proxy_ports(proxy):
+                if (what := bound.get((protocol, port))) is not None:
+                    yield Violation(
+                        "spec.envoy-bootstrap",
+                        f"{what} binds {protocol} port {port}, which {model.resource.kind} {reference(proxy)} of "
+                        f"this group listens on ({where}): its Envoy could not bind that listener",
+                    )
+
+
 def _load_balancer(resource: LoadBalancer, review: Review) -> Iterator[Violation]:
     yield from _proxy(resource, review)
     if review.old_spec is None:
@@ -385,11 +443,12 @@ def _gw_proxy(resource: GWProxy, review: Review) -> Iterator[Violation]:
     gateway = resource.spec.gateway or GatewaySpec()
     names: dict[str, str] = {}
     ports: dict[int, str] = {}
+    reserved = _group_reserved_ports(review, resource.spec.service_group)
     for index, listener in enumerate(gateway.listeners):
         field = f"spec.gateway.listeners[{index}]"
         yield from _unique_within(names, listener.name, f"{field}.name", "listener")
         yield from _reserved_name(listener.name, f"{field}.name")
-        yield from _reserved_port("TCP", listener.port, f"{field}.port")
+        yield from _reserved_port("TCP", listener.port, f"{field}.port", reserved)
         first = ports.setdefault(listener.port, field)
         if first != field:
             yield Violation(
@@ -721,7 +780,7 @@ Rule = Callable[[Any, Review], Iterator[Violation]]
 RULES: dict[Model, Rule] = {
     EPIC: _epic,
     Account: _account,
-    LBServiceGroup: _none,
+    LBServiceGroup: _lb_service_group,
     LoadBalancer: _load_balancer,
     GWProxy: _gw_proxy,
     GWRoute: _gw_route,
@@ -733,6 +792,40 @@ RULES: dict[Model, Rule] = {
     RoutedIP: _routed_ip,
     Goop: _goop,
 }
+
+
+# ---- deletions: only those a rule guards reach the webhook (registration.py asks for DELETE for them) ----
+
+
+def _epic_deletion(namespace: str, name: str, view: View) -> Iterator[Violation]:
+    """The EPIC singleton goes only once no LoadBalancer, GWProxy or LBServiceGroup is left: it holds the tunnel
+    IDs and the GUE endpoint they use, and the allocator does not make it again while it runs."""
+    if (namespace, name) != (SYSTEM_NAMESPACE, SINGLETON_NAME):
+        return
+    users = [
+        f"{model.resource.kind} {reference(obj)}"
+        for model in (LoadBalancer, GWProxy, LBServiceGroup)
+        for obj in view.lookup(model.resource.kind, "all", ALL)
+    ]
+    if users:
+        named = ", ".join(users[:MAX_USERS_NAMED])
+        more = f" and {len(users) - MAX_USERS_NAMED} more" if len(users) > MAX_USERS_NAMED else ""
+        yield Violation(
+            "",
+            f"the EPIC singleton {namespace}/{name} is in use by {named}{more}: it holds their tunnel IDs; delete "
+            "every LoadBalancer, GWProxy and LBServiceGroup first",
+        )
+
+
+DeletionRule = Callable[[str, str, View], Iterator[Violation]]
+
+DELETION_RULES: dict[Model, DeletionRule] = {EPIC: _epic_deletion}
+
+
+def validate_deletion(model: Model, namespace: str, name: str, view: View) -> list[Violation]:
+    """Why the object may not be deleted now; empty when it may."""
+    rule = DELETION_RULES.get(model)
+    return list(rule(namespace, name, view)) if rule is not None else []
 
 
 # ---- checks on the raw object, where a model validator would name the object instead of the field ----

@@ -44,7 +44,13 @@ class Providers:
         if spec.provider == "local":
             return LocalProvider(self.kube, self.system_namespace)
         if spec.provider == "job":
-            return JobProvider(self.kube, routed_ip_class, self.system_namespace, wait_timeout=self.job_wait_timeout)
+            return JobProvider(
+                self.kube,
+                routed_ip_class,
+                self.system_namespace,
+                service_account=self.trust.job_service_account,
+                wait_timeout=self.job_wait_timeout,
+            )
         settings = spec.digitalocean or DigitalOceanSettings()
         token = await self._token(routed_ip_class, settings.token_key)
         client = self._clients.get((settings.api_url, token))

@@ -50,10 +50,16 @@ def build_job(
     action: str,
     operation: str,
     env: Mapping[str, str],
+    service_account: str,
 ) -> dict[str, Any]:
-    """A Job from a class's Job spec template, with `env` and the class's Secrets in every container."""
+    """A Job from a class's Job spec template, with `env` and the class's Secrets in every container, its pods run
+    as `service_account` (the one a template may name: also when it names none, rather than the namespace's
+    default ServiceAccount) without an API token."""
     spec = copy.deepcopy(dict(template))
     pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
+    pod_spec.pop("serviceAccount", None)  # the deprecated alias: serviceAccountName alone decides
+    pod_spec["serviceAccountName"] = service_account
+    pod_spec["automountServiceAccountToken"] = False
     secret_names = [ref.name for ref in routed_ip_class.spec.from_secrets_ref] if routed_ip_class.spec else []
     for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
         ours = set(env)
@@ -114,6 +120,7 @@ class JobProvider:
         routed_ip_class: ClassState,
         namespace: str,
         *,
+        service_account: str,
         wait_timeout: float = 120.0,
         poll_interval: float = 0.2,
         max_poll_interval: float = 2.0,
@@ -121,6 +128,7 @@ class JobProvider:
         self.kube = kube
         self.routed_ip_class = routed_ip_class
         self.namespace = namespace
+        self.service_account = service_account
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
         self.max_poll_interval = max_poll_interval
@@ -188,6 +196,7 @@ class JobProvider:
                     action=action,
                     operation=operation,
                     env=env,
+                    service_account=self.service_account,
                 )
                 name = (await self.kube.create_job(self.namespace, body))["metadata"]["name"]
             await self._wait(name, action)
