@@ -29,6 +29,7 @@ from tollgate.runtime.operator import run_operator
 from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.shutdown import stop_grpc_server
 
 log = logging.getLogger("tollgate.allocator")
 WORKERS = 64
@@ -135,7 +136,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     finally:
         context.stop.set()  # whatever ended the service, the lease housekeeping stops with it
         accounts.close()
-        await server.stop(grace=2)
+        await stop_grpc_server(server, grace=2)
         if housekeeping is not None:
             await housekeeping
             try:
