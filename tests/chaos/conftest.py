@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tollgate.models.epic import SYSTEM_NAMESPACE as EPIC_NAMESPACE
 from tollgate.runtime.kube import api_client
+from tollgate.testing import agents
 from tollgate.testing.chaos import (
     DO_CLASS,
     DO_SECRET,
@@ -47,7 +47,6 @@ from tollgate.testing.net import free_port
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.wait import wait_for
 from tollgate.testing.xds import Xds, envoy_pod, live_envoy, spare_loopback, xds_settings
 
 
@@ -111,6 +110,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         ROUTEDIP_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=DO_SECRET), data={"token": token})
     )
     allocator_port = free_port()
+    allocator_ca = agents.certificates(directory / "allocator-tls")
     settings = {
         "xds": {**xds_settings(), "TOLLGATE_XDS_RESYNC_PERIOD_S": "5"},
         "jobs": {},
@@ -118,6 +118,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         "allocator": {
             "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{allocator_port}",
             "TOLLGATE_ALLOCATOR_LEASE_SECONDS": str(LEASE_SECONDS),
+            "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(allocator_ca.parent),
         },
     }
     services = {
@@ -157,11 +158,9 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         await stack.enter_async_context(UDPEcho(echo_target, 1234, name="echo"))
         envoy_pod(core, NAMESPACE, "edge", xds, {"app": "edge"}, delta=True)
         envoy_ip, _ = await live_envoy(core, NAMESPACE, "edge")
-        secret = wait_for(
-            lambda: _secret(core, "tollgate-allocator-grpc-token", EPIC_NAMESPACE), "the allocator's registration token"
-        )
         account = f"chaos-{uuid.uuid4().hex[:5]}"
         _account(cluster, account)
+        agent = agents.Agent.mint(core, account, allocator_ca)
         body = {
             "apiVersion": f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}",
             "kind": "ClusterRoutedIPClass",
@@ -191,7 +190,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
             echo_target,
             envoy_ip,
             allocator_port,
-            base64.b64decode(secret.data["token"]).decode(),
+            agent,
             account,
         )
         yield built
@@ -204,12 +203,3 @@ def logs_on_failure(request: pytest.FixtureRequest, system: System) -> Iterator[
     yield
     if any(getattr(getattr(request.node, f"report_{when}", None), "failed", False) for when in ("setup", "call")):
         print(system.service_logs())
-
-
-def _secret(core: client.CoreV1Api, name: str, namespace: str) -> client.V1Secret | None:
-    try:
-        return core.read_namespaced_secret(name, namespace)
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise

@@ -127,7 +127,8 @@ def do_actions(system: System, ip: str) -> list[tuple[str, int | None]]:
 
 async def register(system: System, address: str, node: str, timeout: float = 5) -> int | None:
     """The tunnel ID the allocator answers a registration with; None when the call failed in a retryable way."""
-    async with AllocatorClient(f"127.0.0.1:{system.allocator_port}", system.allocator_token) as api:
+    agent = system.allocator_agent
+    async with AllocatorClient(f"127.0.0.1:{system.allocator_port}", agent.token, agent.channel_credentials()) as api:
         try:
             response = await api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
         except grpc.aio.AioRpcError as error:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import io
 import json
@@ -11,7 +10,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.cli.epicctl import main as epicctl_main
 from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_PROXY_LABEL, XDS_CLUSTER, ads_bootstrap
 from tollgate.models.epic import ACCOUNT_LABEL, GROUP, LOAD_BALANCER_LABEL, USER_NAMESPACE_LABEL, VERSION
+from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -33,14 +33,14 @@ from tollgate.testing.wait import eventually, wait_for
 
 SAMPLES = repo_root() / "deploy" / "samples"
 GUE_ADDRESS = "192.168.1.40"
-TOKEN_SECRET = "tollgate-allocator-grpc-token"
 XDS_ADDRESS = "127.0.0.1:18000"
 EPIC_PORT = {"appProtocol": "gue", "port": 6080, "protocol": "UDP"}
 
 
-def allocator_env(grpc_port: int, **extra: str) -> dict[str, str]:
+def allocator_env(grpc_port: int, ca_file: Path, **extra: str) -> dict[str, str]:
     return {
         "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{grpc_port}",
+        "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
         "TOLLGATE_ALLOCATOR_XDS_ADDRESS": XDS_ADDRESS,
         "TOLLGATE_ALLOCATOR_GUE_ADDRESS": GUE_ADDRESS,
         **extra,
@@ -48,20 +48,36 @@ def allocator_env(grpc_port: int, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def allocator(run_service: ServiceFactory) -> tuple[ServiceProcess, int]:
-    port = free_port()
-    return run_service("allocator", rbac=True, env=allocator_env(port)), port
-
-
-def token(core: client.CoreV1Api) -> str:
-    secret = core.read_namespaced_secret(TOKEN_SECRET, "epic")
-    return base64.b64decode(secret.data["token"]).decode()
+def allocator_ca(tmp_path: Path) -> Path:
+    """The CA of the allocator's serving certificate (written next to tls.crt and tls.key, as make dev does)."""
+    return agents.certificates(tmp_path / "allocator-tls")
 
 
 @pytest.fixture
-async def api(allocator: tuple[ServiceProcess, int], core: client.CoreV1Api) -> AsyncIterator[AllocatorClient]:
-    async with AllocatorClient(f"127.0.0.1:{allocator[1]}", token(core)) as connected:
-        yield connected
+def allocator(run_service: ServiceFactory, allocator_ca: Path) -> tuple[ServiceProcess, int]:
+    port = free_port()
+    return run_service("allocator", rbac=True, env=allocator_env(port, allocator_ca)), port
+
+
+Connect = Callable[[str], AllocatorClient]
+
+
+@pytest.fixture
+async def connect(
+    allocator: tuple[ServiceProcess, int], allocator_ca: Path, core: client.CoreV1Api
+) -> AsyncIterator[Connect]:
+    """`connect(account)`: a client of the registration API as the account's agent has one: over TLS, with a token
+    minted for the account as `epicctl credentials create` mints it."""
+    opened: list[AllocatorClient] = []
+
+    def open_as(account: str) -> AllocatorClient:
+        agent = agents.Agent.mint(core, account, allocator_ca)
+        opened.append(AllocatorClient(f"127.0.0.1:{allocator[1]}", agent.token, agent.channel_credentials()))
+        return opened[-1]
+
+    yield open_as
+    for api in opened:
+        await api.close()
 
 
 def fetch_json(url: str) -> Any:
@@ -139,11 +155,12 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     apps: client.AppsV1Api,
-    api: AllocatorClient,
+    connect: Connect,
 ) -> None:
     """Endpoints on the seed's two client nodes: two on 192.168.1.16 (registered over gRPC), one on 192.168.1.25
     (a RemoteEndpoint object). The status gets the seed's two entries, keyed by node, one tunnel ID each."""
     cluster.kubectl("apply", "-f", str(SAMPLES / "epic-root-account.yaml"))
+    api = connect("root")
     # The seed's manifest carries a resourceVersion: it applies as a creation, not over an existing object.
     cluster.kubectl("delete", "-f", str(SAMPLES / "seed-loadbalancer.yaml"), "--ignore-not-found", "--wait")
     cluster.kubectl("apply", "-f", str(SAMPLES / "seed-loadbalancer.yaml"))
@@ -292,11 +309,12 @@ async def test_service_group_settings_reach_the_proxies_and_a_group_in_use_stays
 async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be_shared(
     cluster: EmbeddedCluster,
     custom: client.CustomObjectsApi,
-    api: AllocatorClient,
+    connect: Connect,
     accounts: list[str],
 ) -> None:
     account = user_account(cluster, {"envoy-replica-count": 0})
     accounts.append(account)
+    api = connect(account)
     namespace = f"epic-{account}"
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("shared", account)))
 
@@ -509,12 +527,12 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
-    allocator: tuple[ServiceProcess, int],
-    api: AllocatorClient,
+    connect: Connect,
     accounts: list[str],
 ) -> None:
     account = user_account(cluster, {"envoy-replica-count": 0})
     accounts.append(account)
+    api = connect(account)
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("api", account)))
 
     first = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
@@ -600,20 +618,15 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
         ((account, "api", "10.1.0.300", 80), grpc.StatusCode.INVALID_ARGUMENT, "address: '10.1.0.300' is not an IPv4"),
         ((account, "api", "10.1.0.8", 0), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 0 is outside 1-65535"),
         ((account, "api", "10.1.0.8", 70000), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 70000 is outside"),
-        (("no-such-account", "api", "10.1.0.8", 80), grpc.StatusCode.NOT_FOUND, "account: no account"),
+        (("no-such-account", "api", "10.1.0.8", 80), grpc.StatusCode.PERMISSION_DENIED, "is not the token's account"),
         ((account, "nope", "10.1.0.8", 80), grpc.StatusCode.NOT_FOUND, "load_balancer: no load balancer 'nope'"),
-        (("Bad_Name", "api", "10.1.0.8", 80), grpc.StatusCode.INVALID_ARGUMENT, "account: 'Bad_Name' is not"),
+        (("", "api", "10.1.0.8", 80), grpc.StatusCode.INVALID_ARGUMENT, "account: required"),
     ]
     for args, code, message in bad:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await api.register(*args)
         assert raised.value.code() == code, args
         assert message in (raised.value.details() or ""), raised.value.details()
-
-    async with AllocatorClient(api.address, "wrong-token") as intruder:
-        with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await intruder.tunnels()
-        assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
     assert (await api.unregister(account, "api", "10.1.0.7", 8080, "UDP")).removed == 1
     assert (await api.unregister(account, "api", "10.1.0.7")).removed == 2, "every port of the address"
@@ -669,3 +682,71 @@ async def test_load_balancer_envoy_pods_run_a_real_envoy_with_the_ads_bootstrap(
         return bool(state and state["status"] == "True")
 
     await eventually(proxy_ready, "the load balancer's ProxyReady condition", timeout=30)
+
+
+async def test_each_account_token_acts_on_its_account_only_and_rotates_without_restart(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    allocator: tuple[ServiceProcess, int],
+    allocator_ca: Path,
+    accounts: list[str],
+    tmp_path: Path,
+) -> None:
+    """Tokens minted with epicctl, as a user mints them; the allocator runs under its chart's RBAC, over TLS."""
+    mine, theirs = user_account(cluster), user_account(cluster)
+    accounts += [mine, theirs]
+    token_file = tmp_path / "mine.token"
+    epicctl(cluster, "credentials", "create", mine, "--token-file", str(token_file))
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    printed = epicctl(cluster, "credentials", "create", theirs)
+    assert "credentials created for account" in printed.stderr
+    again = epicctl(cluster, "credentials", "create", mine, check=False)
+    assert again.returncode == 4 and f"epicctl credentials rotate {mine}" in again.stderr
+    missing = epicctl(cluster, "credentials", "rotate", "no-such-account", check=False)
+    assert missing.returncode == 3
+
+    address = f"127.0.0.1:{allocator[1]}"
+    tls = agents.channel_credentials(allocator_ca)
+    first = agents.read_token(token_file)
+
+    async def code(token: str, account: str, **kwargs: Any) -> grpc.StatusCode:
+        async with AllocatorClient(address, token, kwargs.pop("credentials", tls), timeout=5) as api:
+            try:
+                await (api.register(account, "web", "10.3.0.1", 80, **kwargs) if kwargs else api.tunnels(account))
+            except grpc.aio.AioRpcError as error:
+                status: grpc.StatusCode = error.code()
+                return status
+        return grpc.StatusCode.OK
+
+    assert await code(first, mine) == grpc.StatusCode.OK
+    assert await code(printed.stdout.strip(), theirs) == grpc.StatusCode.OK
+    assert await code(first, theirs) == grpc.StatusCode.PERMISSION_DENIED
+    async with AllocatorClient(address, first, tls) as api:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await api.register(theirs, "web", "10.3.0.1", 80)
+    assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert raised.value.details() == (
+        f"account: {theirs!r} is not the token's account ({mine!r}); a token acts on its own account only"
+    )
+    assert await code("", mine) == grpc.StatusCode.UNAUTHENTICATED
+    assert await code("not-a-token", mine) == grpc.StatusCode.UNAUTHENTICATED
+    assert await code(first, mine, credentials=None) == grpc.StatusCode.UNAVAILABLE, "TLS only: plaintext fails"
+    assert await code(first, mine, port_name="x" * 70_000) == grpc.StatusCode.RESOURCE_EXHAUSTED, "64 KiB at most"
+
+    pid = allocator[0].process.pid if allocator[0].process else None
+    epicctl(cluster, "credentials", "rotate", mine, "--token-file", str(token_file))
+    rotated = agents.read_token(token_file)
+    assert rotated != first
+
+    async def switched() -> bool:
+        old, new = await code(first, mine), await code(rotated, mine)
+        return bool(old == grpc.StatusCode.UNAUTHENTICATED and new == grpc.StatusCode.OK)
+
+    await eventually(switched, "the old token refused and the new one accepted", timeout=10)
+    assert allocator[0].process is not None and allocator[0].process.pid == pid, "no restart"
+    core.delete_namespaced_secret("tollgate-agent-credentials", f"epic-{theirs}")
+
+    async def revoked() -> bool:
+        return bool(await code(printed.stdout.strip(), theirs) == grpc.StatusCode.UNAUTHENTICATED)
+
+    await eventually(revoked, "a deleted Secret's token to be refused", timeout=10)

@@ -4,13 +4,13 @@ SIGKILL midway and restarted: every endpoint ends with a tunnel ID and no ID is 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,6 +19,7 @@ from kubernetes import client
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP, VERSION
+from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import FaultProxy, break_the_network, server_of
 from tollgate.testing.fixtures import ServiceFactory
@@ -84,11 +85,13 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     accounts: list[str],
     proxies: list[FaultProxy],
     faulty_network: bool,
+    tmp_path: Path,
 ) -> None:
     """With `faulty_network`, each allocator reaches the API server through its own FaultProxy that keeps
     dropping answers to requests it forwarded and cutting the connections: writes whose outcome the allocator
     cannot know, the case where a tunnel ID could be handed out twice."""
     ports = [free_port() for _ in range(3)]
+    ca_file = agents.certificates(tmp_path / "allocator-tls")
     run = uuid.uuid4().hex[:5]
     incarnations: Counter[int] = Counter()
 
@@ -97,6 +100,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
         env = {
             "TOLLGATE_ALLOCATOR_IDENTITY": f"test-{run}-{index}-{incarnations[index]}",
             "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{ports[index]}",
+            "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
             "TOLLGATE_ALLOCATOR_LEASE_SECONDS": str(LEASE_SECONDS),
             "TOLLGATE_ALLOCATOR_RECONCILE": "true" if index == 0 else "false",
             "TOLLGATE_ALLOCATOR_LOG_LEVEL": "INFO",
@@ -104,9 +108,13 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
         return run_service("allocator", rbac=True, env=env, via=proxies[index] if faulty_network else None)
 
     allocators = [start(index) for index in range(3)]
-    secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", "epic")
-    token = base64.b64decode(secret.data["token"]).decode()
-    clients = [AllocatorClient(f"127.0.0.1:{port}", token) for port in ports]
+    agents_ = [agents.Agent.mint(core, account, ca_file) for account in accounts]
+    clients = {
+        agent.account: [
+            AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) for port in ports
+        ]
+        for agent in agents_
+    }
 
     # Two endpoints per client node: registered at once, through different allocators, they must share a tunnel.
     endpoints = [
@@ -123,7 +131,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     async def register(index: int, account: str, lb: str, address: str, node: str) -> None:
         async with gate:
             for attempt in range(60):
-                api = clients[(index + attempt) % len(clients)]
+                api = clients[account][(index + attempt) % len(ports)]
                 try:
                     response = await api.register(account, lb, address, 8080, node_address=node, timeout=20)
                 except grpc.aio.AioRpcError as error:
@@ -158,7 +166,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
             f"retried: {dict(retried)}"
         ) from None
     finally:
-        for api in clients:
+        for api in (api for per_account in clients.values() for api in per_account):
             await api.close()
     if faulty_network:
         assert all(rounds) and all(proxy.dropped_bytes for proxy in proxies), "every allocator lost answers"

@@ -155,6 +155,33 @@ def test_webhook_chart_uses_cert_manager_when_it_is_served() -> None:
     assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/tollgate-webhook"
 
 
+@pytest.mark.parametrize("cert_manager", [False, True], ids=["helm-ca", "cert-manager"])
+def test_allocator_chart_serves_tls_from_the_shared_certificate_template_and_has_no_shared_token(
+    cert_manager: bool,
+) -> None:
+    extra = ["--api-versions", "cert-manager.io/v1"] if cert_manager else []
+    result = helm("template", "tollgate-allocator", str(chart_dir("allocator")), "-n", NAMESPACE, *extra)
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    secrets = [o for o in objects if o["kind"] == "Secret"]
+    if cert_manager:
+        certificate = next(o for o in objects if o["kind"] == "Certificate")
+        assert certificate["spec"]["secretName"] == "tollgate-allocator-tls"
+        assert certificate["spec"]["dnsNames"][0] == f"tollgate-allocator.{NAMESPACE}.svc"
+        assert secrets == [], "no Secret: neither a Helm-made pair nor a shared token"
+    else:
+        (secret,) = secrets
+        assert (secret["metadata"]["name"], secret["type"]) == ("tollgate-allocator-tls", "kubernetes.io/tls")
+        assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "tollgate-allocator-tls"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TOLLGATE_ALLOCATOR_GRPC_CERT_DIR"] == mount["mountPath"]
+    assert not any("TOKEN" in name for name in env)
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_a_release_of_any_name_mounts_only_what_it_renders_itself(service: str) -> None:
     """Every Secret and ConfigMap the Deployment mounts or reads is one the chart renders under this release's

@@ -73,6 +73,11 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
     assert "'tcp-echo:stream from make dev'" in summary
     assert "(ServicePrefix dev) -> Envoy -> 'lb-echo:datagram to a public address'" in summary
     assert "  LB   127.80.0.1:7003" in summary, "the first address of the dev pool"
+    # The LB's endpoint was registered as an agent registers it: over TLS, with root's token minted by epicctl.
+    token_file = system.dev_dir / "allocator" / "root.token"
+    assert f"CA {system.dev_dir / 'allocator' / 'ca.crt'}  root's token {token_file}" in summary, summary
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert "registration API serves plaintext" not in (logs / "allocator.log").read_text()
     tunnels = {tunnel_of(summary, *n) for n in (("sample-acnodal", "192.168.1.30"), ("dev-public", "127.77.0.1"))}
     assert len({line.split("tunnel ")[1] for line in tunnels if line}) == 2, f"two nodes, two tunnel IDs: {tunnels}"
     assert len(processes) == 6

@@ -4,7 +4,6 @@ case, no tunnel ID is ever held by two client nodes."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import uuid
 from collections import Counter
@@ -21,6 +20,7 @@ from tollgate.allocator.registry import TUNNELS, Endpoint, Registry
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics
 from tollgate.models.epic import GROUP, SINGLETON_NAME, SYSTEM_NAMESPACE, VERSION, EPICSpec, GUEEndpoint, LoadBalancer
 from tollgate.runtime.kube import api_client
+from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import FaultProxy, Mode, api_server_proxy
 from tollgate.testing.fixtures import ServiceFactory
@@ -140,13 +140,16 @@ async def test_a_deleted_or_restored_singleton_never_hands_out_an_id_in_use(
     core: client.CoreV1Api,
     run_service: ServiceFactory,
     account: str,
+    tmp_path: Path,
 ) -> None:
     """Backed up before any ID was handed out, the singleton is restored twice: while the allocator runs, and
     while it is stopped. The restored counter is below the IDs in use and its `Initialized` condition says True;
     the allocator raises the counter above them either way."""
     port = free_port()
+    ca_file = agents.certificates(tmp_path / "allocator-tls")
     env = {"TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{port}", "TOLLGATE_ALLOCATOR_LEASE_SECONDS": "3",
-           "TOLLGATE_ALLOCATOR_RECONCILE": "false"}  # fmt: skip
+           "TOLLGATE_ALLOCATOR_RECONCILE": "false",
+           "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent)}  # fmt: skip
 
     def start() -> ServiceProcess:
         return run_service("allocator", rbac=True, env=env)
@@ -154,11 +157,10 @@ async def test_a_deleted_or_restored_singleton_never_hands_out_an_id_in_use(
     allocator = start()
     backup = epic_singleton(custom)
     assert any(c["type"] == "Initialized" and c["status"] == "True" for c in backup["status"]["conditions"])
-    secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", SYSTEM_NAMESPACE)
-    token = base64.b64decode(secret.data["token"]).decode()
+    agent = agents.Agent.mint(core, account, ca_file)
 
     async def register(nodes: range) -> None:
-        async with AllocatorClient(f"127.0.0.1:{port}", token) as api:
+        async with AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) as api:
             for index in nodes:
                 await api.register(account, "lb", f"10.8.{index}.1", 8080, node_address=f"10.8.{index}.100")
 

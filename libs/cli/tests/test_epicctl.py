@@ -150,7 +150,7 @@ def test_bash_completes_commands_and_subcommands_through_the_console_script(tmp_
     )
     env = {"PATH": f"{script.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     lines = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
-    assert lines.splitlines() == ["get", "loadbalancers", "table wide json yaml name", "completion create"]
+    assert lines.splitlines() == ["get", "loadbalancers", "table wide json yaml name", "completion create credentials"]
     assert (
         source
         == subprocess.run(

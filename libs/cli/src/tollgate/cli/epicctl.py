@@ -1,6 +1,7 @@
 """`epicctl`: user namespaces, accounts, load balancers and tunnels of an EPIC system, with kubectl's habits.
 
     epicctl create user-namespace NAME
+    epicctl credentials create|rotate ACCOUNT [--token-file FILE]
     epicctl get accounts | loadbalancers | tunnels | endpoints [-a ACCOUNT] [-o table|wide|json|yaml|name]
     epicctl describe lb NAME [-a ACCOUNT]
     epicctl version [--client]
@@ -29,6 +30,7 @@ import yaml
 from click.shell_completion import CompletionItem, get_completion_class
 from kubernetes import client
 
+from tollgate.cli import credentials as agent_credentials
 from tollgate.cli import kubeconfig, render
 from tollgate.cli.api import EPICClient
 from tollgate.cli.exits import Exit, classify
@@ -196,6 +198,51 @@ def create_user_namespace(session: Session, name: str, output: str) -> None:
     created = session.epic().create_user_namespace(name)
     done = f"user namespace {account_namespace(name)} and account {name} created"
     show(created, output, Account.resource, lambda: done)
+
+
+@cli.group()
+def credentials() -> None:
+    """Mint or rotate an account's token for the registration API.
+
+    The token lives in the Secret tollgate-agent-credentials of the account's user namespace; it lets its holder
+    act on that account only. It is printed once (or written to --token-file, mode 0600): keep it with the agent."""
+
+
+def token_file_option(command: Command) -> Command:
+    return click.option(
+        "--token-file", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        help="Write the token to this file (mode 0600) instead of printing it.",
+    )(command)  # fmt: skip
+
+
+def hand_over(account: str, token: str, token_file: Path | None, done: str) -> None:
+    if token_file is None:
+        click.echo(token)
+    else:
+        agent_credentials.write_token(token_file, token)
+    click.echo(f"{done} for account {account}", err=True)
+
+
+@credentials.command("create")
+@click.argument("account")
+@token_file_option
+@connection_options
+@click.pass_obj
+def credentials_create(session: Session, account: str, token_file: Path | None) -> None:
+    """Mint the first token of ACCOUNT (exit 4 when it has one: rotate it instead)."""
+    token = agent_credentials.create(session.epic().core, account)
+    hand_over(account, token, token_file, "credentials created")
+
+
+@credentials.command("rotate")
+@click.argument("account")
+@token_file_option
+@connection_options
+@click.pass_obj
+def credentials_rotate(session: Session, account: str, token_file: Path | None) -> None:
+    """Replace the token of ACCOUNT; the allocator refuses the old one as soon as it sees the change."""
+    token = agent_credentials.rotate(session.epic().core, account)
+    hand_over(account, token, token_file, "credentials rotated")
 
 
 GET_ALIASES = {

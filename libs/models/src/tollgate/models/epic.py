@@ -30,6 +30,10 @@ DEFAULT_LOAD_BALANCER_LIMIT = 100
 GUE_PORT = 6080
 DEFAULT_CLUSTER = "default"
 MAX_TUNNEL_ID = 2**32 - 1
+# An account's credentials for the registration API: this Secret in its user namespace, the token under this key.
+# The account is the Secret's namespace (epicctl credentials create|rotate mints it; the allocator watches it).
+AGENT_CREDENTIALS_SECRET = "tollgate-agent-credentials"
+AGENT_TOKEN_KEY = "token"
 
 
 def account_namespace(account: str) -> str:

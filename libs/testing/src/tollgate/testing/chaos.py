@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tollgate.testing.agents import Agent
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fakedo import FakeDigitalOcean
 from tollgate.testing.faultproxy import FaultProxy
@@ -106,7 +107,7 @@ class System:
     echo_target: str
     envoy_ip: str
     allocator_port: int
-    allocator_token: str
+    allocator_agent: Agent  # the account's token and the allocator's CA
     account: str
 
     def restart(self, name: str) -> ServiceProcess:

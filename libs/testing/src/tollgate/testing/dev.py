@@ -41,7 +41,9 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
+from tollgate.cli.exits import Exit
 from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing.agents import CA_FILE, certificates
 from tollgate.testing.cluster import dev_cluster, dev_dir
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.restarts import CrashLoop
@@ -332,6 +334,37 @@ class DevSystem:
     def _write_certificates(self) -> None:
         self._webhook_cli("certs", "--dir", str(self.dev_dir / "webhook"), "--host", "127.0.0.1")
         self.say(f"  webhook    certificates in {self.dev_dir / 'webhook'}")
+        certificates(self.allocator_dir)
+        self.say(f"  allocator  certificates in {self.allocator_dir} (the registration API serves TLS)")
+
+    @property
+    def allocator_dir(self) -> Path:
+        """The allocator's serving pair and CA, and root's token for the registration API (root.token)."""
+        return self.dev_dir / "allocator"
+
+    def _mint_root_token(self) -> Path:
+        """The root account's token, minted as a user mints it: `epicctl credentials create` (rotate when the
+        account has one already, exit 4)."""
+        token_file = self.allocator_dir / "root.token"
+        for verb in ("create", "rotate"):
+            command = [sys.executable, "-m", "tollgate.cli.epicctl", "credentials", verb, "root",
+                       "--token-file", str(token_file), "--kubeconfig", str(self.cluster.kubeconfig)]  # fmt: skip
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode == 0:
+                return token_file
+            if result.returncode != Exit.CONFLICT:
+                raise RuntimeError(f"epicctl credentials {verb} root: {result.stderr.strip()}")
+        raise RuntimeError("epicctl credentials: root's token was neither created nor rotated")
+
+    def _register(self, *args: str) -> str | None:
+        """One call of the registration API as an agent makes it: over TLS with the allocator's CA, with root's
+        token; its answer (a JSON line), None when refused."""
+        command = [sys.executable, "-m", "tollgate.allocator.grpc.client",
+                   "--address", self.resource("allocator").endpoints["grpc"],
+                   "--ca-file", str(self.allocator_dir / CA_FILE),
+                   "--token-file", str(self.allocator_dir / "root.token"), *args]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else None
 
     def _apply_samples(self) -> None:
         for sample in sorted((self.root / "deploy" / "samples").glob("*.yaml"), key=_sample_order):
@@ -399,6 +432,11 @@ class DevSystem:
         echo.call(echo.lb_upstream.start())
         objects = public_address_objects(echo.lb_upstream.port)
         self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+        self._mint_root_token()
+        endpoint = ("register", "root", "dev-public", LB_UPSTREAM, str(echo.lb_upstream.port), "--protocol", "UDP",
+                    "--node-address", LB_CLIENT_NODE)  # fmt: skip
+        registered = json.loads(wait_for(lambda: self._register(*endpoint), "the upstream's registration", timeout=60))
+        self.say(f"  registered {LB_UPSTREAM} over TLS as account root: tunnel {registered['tunnel']['tunnelId']}")
 
         def address() -> str:
             jsonpath = "jsonpath={.spec.public-address}"
@@ -436,6 +474,9 @@ class DevSystem:
             health = process.health_url if process else "-"
             restarts = self.restarter.restarts(resource.name)
             lines.append(f"  {resource.name:<10} {state:<6} restarts {restarts:<3} health {health}  {endpoints}")
+        lines += ["", "registration API (TLS; per-account tokens: epicctl credentials create|rotate ACCOUNT):",
+                  f"  {self.resource('allocator').endpoints['grpc']}  CA {self.allocator_dir / CA_FILE}  "
+                  f"root's token {self.allocator_dir / 'root.token'}"]  # fmt: skip
         lines += ["", "control plane (restarted by the cluster's watchdog when a process exits):"]
         running = self.cluster.pids()
         for component, restarts in self.cluster.restarts().items():
@@ -497,8 +538,8 @@ LB_UPSTREAM, LB_CLIENT_NODE = "127.77.0.2", "127.77.0.1"  # a simulated remote c
 
 
 def public_address_objects(upstream_port: int) -> list[dict[str, Any]]:
-    """The dev ServicePrefix, a service group of the root account drawing from it, a load balancer without an
-    address and its endpoint."""
+    """The dev ServicePrefix, a service group of the root account drawing from it, and a load balancer without an
+    address (its endpoint is registered over the registration API, as a client cluster's agent registers it)."""
     epic = {"apiVersion": "epic.acnodal.io/v1"}
     return [
         epic | {"kind": "ServicePrefix", "metadata": {"name": DEV_PREFIX, "namespace": "epic"},
@@ -508,9 +549,6 @@ def public_address_objects(upstream_port: int) -> list[dict[str, Any]]:
         epic | {"kind": "LoadBalancer", "metadata": {"name": "dev-public", "namespace": "epic-root"},
                 "spec": {"service-group": "dev-public",
                          "public-ports": [{"port": PROOF_LB_PORT, "protocol": "UDP", "targetPort": upstream_port}]}},
-        epic | {"kind": "RemoteEndpoint", "metadata": {"name": "dev-public-upstream", "namespace": "epic-root"},
-                "spec": {"load-balancer": "dev-public", "address": LB_UPSTREAM, "node-address": LB_CLIENT_NODE,
-                         "port": {"port": upstream_port, "protocol": "UDP"}}},
     ]  # fmt: skip
 
 

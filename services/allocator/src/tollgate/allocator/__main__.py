@@ -16,6 +16,7 @@ import grpc
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.allocator.credentials import Credentials
 from tollgate.allocator.grpc import server as grpc_server
 from tollgate.allocator.handlers import build_registry
 from tollgate.allocator.k8s import Kube, new_identity
@@ -28,6 +29,7 @@ from tollgate.runtime.operator import run_operator
 from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.shutdown import stop_grpc_server
 
 log = logging.getLogger("tollgate.allocator")
 WORKERS = 64
@@ -38,12 +40,17 @@ class Settings(ServiceSettings):
 
     service_name: str = "tollgate-allocator"
     grpc_address: str = Field(default="0.0.0.0:9090", description="HOST:PORT of the registration API.")
-    grpc_token_secret: str = Field(
-        default="tollgate-allocator-grpc-token",
-        description="Secret in the epic namespace whose `token` callers present as a bearer token (created if absent).",
+    grpc_cert_dir: Path | None = Field(
+        default=None,
+        description="Directory of the API's serving pair (tls.crt, tls.key), reloaded when the files change; "
+        "unset: plaintext (a warning at start).",
     )
-    grpc_tls_cert: Path | None = Field(default=None, description="PEM certificate: serve the API over TLS.")
-    grpc_tls_key: Path | None = Field(default=None, description="PEM private key of grpc_tls_cert.")
+    grpc_max_message_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Largest request the API accepts (RESOURCE_EXHAUSTED above it)."
+    )
+    grpc_max_concurrent_rpcs: int = Field(
+        default=256, ge=1, description="Calls in progress at once; more are refused with RESOURCE_EXHAUSTED."
+    )
     xds_address: str = Field(
         default="tollgate-xds.epic.svc:18000", description="HOST:PORT of the xDS server the Envoy proxies connect to."
     )
@@ -72,9 +79,17 @@ async def keep_lease(ids: BlockTunnelIDs, lease: str, seconds: int, stop: asynci
 
 
 def credentials(settings: Settings) -> grpc.ServerCredentials | None:
-    if settings.grpc_tls_cert is None or settings.grpc_tls_key is None:
+    if settings.grpc_cert_dir is None:
+        log.warning(
+            "the registration API serves plaintext: bearer tokens cross the network readable "
+            "(set TOLLGATE_ALLOCATOR_GRPC_CERT_DIR to serve TLS)"
+        )
         return None
-    return grpc.ssl_server_credentials([(settings.grpc_tls_key.read_bytes(), settings.grpc_tls_cert.read_bytes())])
+    return grpc_server.CertificateFiles(settings.grpc_cert_dir).credentials()
+
+
+def limits(settings: Settings) -> grpc_server.Limits:
+    return grpc_server.Limits(settings.grpc_max_message_bytes, settings.grpc_max_concurrent_rpcs)
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
@@ -99,12 +114,16 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     else:
         ids = SeedTunnelIDs(epic, metrics)
     registry = Registry(kube, ids, epic, GUEEndpoint(epic_address=settings.gue_address))
-    secret = await until_done(
-        lambda: kube.bearer_token(SYSTEM_NAMESPACE, settings.grpc_token_secret), "reading the API token", context.stop
-    )
-    token = grpc_server.Token(secret)
+    accounts = Credentials(kube.list_agent_credentials, kube.watch_agent_credentials)
+    accounts.start()
     server, port = await grpc_server.start(
-        registry, token, tracer, settings.grpc_address, credentials(settings), lambda: not context.health.readiness()
+        registry,
+        accounts,
+        tracer,
+        settings.grpc_address,
+        credentials(settings),
+        limits(settings),
+        lambda: not context.health.readiness(),
     )
     serving.set()
     log.info("registration API listening", extra={"port": port, "identity": identity})
@@ -122,7 +141,8 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
             await context.stop.wait()
     finally:
         context.stop.set()  # whatever ended the service, the lease housekeeping stops with it
-        await server.stop(grace=2)
+        accounts.close()
+        await stop_grpc_server(server, grace=2)
         if housekeeping is not None:
             await housekeeping
             try:

@@ -7,19 +7,25 @@ and the allocators share one event loop.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import secrets
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from tollgate.models.base import CustomResource, now_rfc3339
-from tollgate.models.epic import NAMESPACE_CREATED_FOR
-from tollgate.runtime.kube import event_body, is_conflict, is_not_found, object_reference, own_pod_reference
+from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR
+from tollgate.runtime.kube import (
+    event_body,
+    is_conflict,
+    is_not_found,
+    object_reference,
+    own_pod_reference,
+    timeouts,
+)
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
 from tollgate.runtime.retry import is_api_failure
 
@@ -28,7 +34,7 @@ JSON = dict[str, Any]
 Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
-TOKEN_KEY = "token"
+CREDENTIALS_SELECTOR = f"metadata.name={AGENT_CREDENTIALS_SECRET}"
 T = TypeVar("T")
 
 
@@ -264,27 +270,31 @@ class Kube:
                 raise
             log.warning("cannot post Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error)
 
-    async def bearer_token(self, namespace: str, name: str) -> str:
-        """The token of the API Secret, created with a random token when it does not exist yet."""
-        try:
-            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
-        except client.ApiException as error:
-            if not is_not_found(error):
-                raise
-            body = {
-                "metadata": {"name": name, "namespace": namespace},
-                "stringData": {TOKEN_KEY: secrets.token_hex(32)},
-            }
-            try:
-                await self._call(self.core.create_namespaced_secret, namespace, body)
-            except client.ApiException as create_error:
-                if not is_conflict(create_error):
-                    raise
-            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
-        data = secret.data or {}
-        if TOKEN_KEY not in data:
-            raise ValueError(f"Secret {namespace}/{name} has no key {TOKEN_KEY!r}")
-        return base64.b64decode(data[TOKEN_KEY]).decode().strip()
+    # agent credentials: one Secret per account, its namespace the account (tollgate.allocator.credentials)
+
+    def list_agent_credentials(self) -> tuple[list[JSON], str]:
+        """Every account's credentials Secret (blocking: the credentials thread calls it) and the list's version."""
+        listed = self.core.list_secret_for_all_namespaces(field_selector=CREDENTIALS_SELECTOR)
+        items: list[JSON] = self.api.sanitize_for_serialization(listed.items)  # type: ignore[no-untyped-call]
+        return items, str(listed.metadata.resource_version if listed.metadata else "")
+
+    def watch_agent_credentials(
+        self, resource_version: str, on_event: Callable[[str, JSON], None], stop: threading.Event
+    ) -> str:
+        """Stream changes of the credentials Secrets until the server ends the watch; the version to resume from."""
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(  # type: ignore[no-untyped-call]
+            self.core.list_secret_for_all_namespaces,
+            field_selector=CREDENTIALS_SELECTOR,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeouts().watch,
+        ):
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                on_event(event["type"], event["raw_object"])
+            if stop.is_set():
+                stream.stop()  # type: ignore[no-untyped-call]
+        return str(stream.resource_version or resource_version)
 
     # leases: one per running allocator, so that others can tell which block owners are alive
 

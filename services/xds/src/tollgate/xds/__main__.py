@@ -22,6 +22,7 @@ from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.shutdown import stop_grpc_server
 from tollgate.xds import handlers
 from tollgate.xds.api.debug import create_app
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
@@ -187,19 +188,8 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     finally:
         context.stop.set()
         api_server.should_exit = True
-        await _stop_grpc(grpc_server)
+        await stop_grpc_server(grpc_server, grace=1)  # Envoys keep their config and reconnect to the next instance
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _stop_grpc(grpc_server: grpc.aio.Server) -> None:
-    """Stop serving; Envoys keep their config and reconnect to the next instance."""
-    try:
-        await grpc_server.stop(grace=1)
-    except asyncio.CancelledError:
-        # grpcio re-raises the cancellation of its own serving loop at shutdown; only ours must propagate.
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
 
 
 if __name__ == "__main__":

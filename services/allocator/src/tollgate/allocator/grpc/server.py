@@ -1,12 +1,15 @@
-"""The tollgate.allocator.v1 Allocator service: bearer-token authentication, one span per RPC, and gRPC status
-codes that name the field and the rule."""
+"""The tollgate.allocator.v1 Allocator service: per-account bearer tokens, one span per RPC, gRPC status codes
+that name the field and the rule, TLS from files reloaded when they change, and limits on message size and
+concurrent calls."""
 
 from __future__ import annotations
 
-import hmac
 import logging
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import urllib3
@@ -72,17 +75,41 @@ def status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
 
 
-class Token:
-    """The bearer token callers must present; replaced in place when the Secret changes."""
+class Accounts(Protocol):
+    async def account_of(self, token: str) -> str | None:
+        """The account a bearer token stands for; None when it stands for none."""
 
-    def __init__(self, value: str) -> None:
-        self.value = value
 
-    def accepts(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> bool:
-        for key, value in metadata or ():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-                return hmac.compare_digest(value[len("Bearer ") :].encode(), self.value.encode())
-        return False
+class Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | None:
+    for key, value in metadata or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer ") :].strip()
+    return None
+
+
+def authorize(token_account: str | None, requested: str) -> None:
+    """Raise Denied unless the caller's token (its account `token_account`) may act on account `requested`."""
+    if token_account is None:
+        raise Denied(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "authorization: a valid bearer token is required (the token of the Secret tollgate-agent-credentials "
+            "in the account's user namespace)",
+        )
+    if not requested:
+        raise Denied(grpc.StatusCode.INVALID_ARGUMENT, "account: required (the account this call acts on)")
+    if requested != token_account:
+        raise Denied(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"account: {requested!r} is not the token's account ({token_account!r}); a token acts on its own "
+            "account only",
+        )
 
 
 def port_message(port: ServicePort) -> pb.Port:
@@ -104,9 +131,9 @@ def tunnel_message(tunnel: Tunnel) -> pb.Tunnel:
 
 
 class AllocatorService(pb_grpc.AllocatorServicer):
-    def __init__(self, registry: Registry, token: Token, tracer: trace.Tracer) -> None:
+    def __init__(self, registry: Registry, accounts: Accounts, tracer: trace.Tracer) -> None:
         self.registry = registry
-        self.token = token
+        self.accounts = accounts
         self.tracer = tracer
 
     async def _serve(
@@ -119,9 +146,12 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         with self.tracer.start_as_current_span(
             f"tollgate.allocator.v1.Allocator/{name}", attributes=attributes
         ) as span:
-            if not self.token.accepts(context.invocation_metadata()):
-                span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.UNAUTHENTICATED.value[0])
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization: a valid bearer token is required")
+            token = bearer_token(context.invocation_metadata())
+            try:
+                authorize(await self.accounts.account_of(token) if token else None, attributes["account"])
+            except Denied as denied:
+                span.set_attribute("rpc.grpc.status_code", denied.code.value[0])
+                await context.abort(denied.code, denied.message)
             try:
                 return await work()
             except Exception as error:
@@ -196,19 +226,71 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         return await self._serve("ListTunnels", context, attributes, work)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A call whose request is over `max_message_bytes` is refused (RESOURCE_EXHAUSTED), and so is a call beyond
+    `max_concurrent_rpcs` in progress."""
+
+    max_message_bytes: int = 64 * 1024
+    max_concurrent_rpcs: int = 256
+
+
+CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
+
+
+class CertificateFiles:
+    """The serving pair in `directory` (tls.crt, tls.key: a kubernetes.io/tls Secret mounted as files), re-read
+    by the TLS handshakes that follow a change, so a renewed certificate needs no restart."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.seen: tuple[int, ...] = ()
+
+    def _stamp(self) -> tuple[int, ...]:
+        stats = [os.stat(self.directory / name) for name in (CERT_FILE, KEY_FILE)]
+        return tuple(value for s in stats for value in (s.st_mtime_ns, s.st_size, s.st_ino))
+
+    def _configuration(self) -> grpc.ServerCertificateConfiguration:
+        key, cert = (self.directory / KEY_FILE).read_bytes(), (self.directory / CERT_FILE).read_bytes()
+        return grpc.ssl_server_certificate_configuration([(key, cert)])
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """Called by gRPC before each handshake: a new configuration when the files changed, else None."""
+        try:
+            stamp = self._stamp()
+            if stamp == self.seen:
+                return None
+            configuration = self._configuration()
+        except (OSError, ValueError) as error:  # half-renewed or unreadable: keep serving the last good pair
+            log.warning("cannot reload the serving certificate from %s: %s", self.directory, error)
+            return None
+        self.seen = stamp
+        log.info("serving certificate loaded", extra={"directory": str(self.directory)})
+        return configuration
+
+    def credentials(self) -> grpc.ServerCredentials:
+        self.seen = self._stamp()
+        return grpc.dynamic_ssl_server_credentials(self._configuration(), self.fetch)
+
+
 async def start(
     registry: Registry,
-    token: Token,
+    accounts: Accounts,
     tracer: trace.Tracer,
     address: str,
     credentials: grpc.ServerCredentials | None = None,
+    limits: Limits = Limits(),
     ready: Callable[[], bool] = lambda: True,
 ) -> tuple[grpc.aio.Server, int]:
-    """Serve the API on `address` (HOST:PORT; port 0 picks one), over TLS when given credentials, with gRPC health
-    (SERVING while `ready()`) and reflection."""
-    server = grpc.aio.server()
+    """Serve the API on `address` (HOST:PORT; port 0 picks one), over TLS when given credentials; each call's
+    token must be one of `accounts`' and the call must name that account. gRPC health (SERVING while `ready()`)
+    and reflection need no token."""
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", limits.max_message_bytes)],
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+    )
     pb_grpc.add_AllocatorServicer_to_server(  # type: ignore[no-untyped-call]
-        AllocatorService(registry, token, tracer), server
+        AllocatorService(registry, accounts, tracer), server
     )
     add_standard_services(server, [SERVICE_NAME], ready)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
