@@ -17,7 +17,7 @@ from pydantic_settings import SettingsConfigDict
 from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
@@ -28,7 +28,7 @@ from tollgate.webhook.registration import TIMEOUT_SECONDS
 from tollgate.webhook.validation import INDEXES, Limits
 
 
-class Settings(ServiceSettings):
+class Settings(ServiceSettings, EndpointPolicySettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_WEBHOOK_", extra="ignore")
 
     service_name: str = "tollgate-webhook"
@@ -89,6 +89,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
                 settings.routedip_job_service_account,
                 "TOLLGATE_WEBHOOK_ROUTEDIP_API_URLS",
             ),
+            endpoint_policy=settings.endpoint_policy(),
         ),
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),
