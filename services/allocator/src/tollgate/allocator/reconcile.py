@@ -14,6 +14,7 @@ from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
 from tollgate.allocator.k8s import JSON, Kind, Kube
 from tollgate.allocator.registry import (
+    ADDRESS_NOT_ALLOWED,
     DUPLICATE,
     NotFoundError,
     NotShareableError,
@@ -126,6 +127,17 @@ class Reconciler:
             for lb in await self.kube.list_objects(LoadBalancer, namespace):
                 if condition_status(lb, proxy.ALLOCATED) != "True":
                     await self.reconcile_load_balancer(lb)
+            await self._judge_endpoints(namespace)
+
+    async def _judge_endpoints(self, namespace: str) -> None:
+        """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.
+        One refused now is no longer served; one refused before and allowed now gets its tunnel."""
+        for rep in await self.kube.list_objects(RemoteEndpoint, namespace):
+            refused = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+            if refused is not None and (refused.status, refused.reason) == ("False", ADDRESS_NOT_ALLOWED):
+                await self.reconcile_remote_endpoint(rep)
+            elif refusal := await self.registry.address_refusal(namespace, endpoint_addresses(rep)):
+                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusal))
 
     async def cleanup_account(self, account: JSON) -> None:
         """Delete what the account holds, then its user namespace; until it can, say why in a condition."""
@@ -439,6 +451,9 @@ class Reconciler:
         with self.tracer.start_as_current_span(
             "reconcile RemoteEndpoint", attributes={"namespace": namespace, "name": name}
         ):
+            if refusal := await self.registry.address_refusal(namespace, endpoint_addresses(rep)):
+                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusal))
+                return
             lb_name = rep["spec"]["load-balancer"]
             lb = lb or await self.kube.get(LoadBalancer, namespace, lb_name)
             if lb is None:
@@ -528,6 +543,13 @@ class Reconciler:
                 node = rep["spec"]["node-address"]
                 message = f"released tunnel ID {released} of node {node}: its last endpoint went"
                 await self.kube.event(lb, "TunnelReleased", message)
+
+
+def endpoint_addresses(rep: JSON) -> list[tuple[str, str]]:
+    """A RemoteEndpoint's addresses as the endpoint policy judges them, by field."""
+    spec = rep["spec"]
+    node = spec.get("node-address")
+    return [("spec.address", str(spec.get("address"))), *([("spec.node-address", str(node))] if node else [])]
 
 
 def proxy_spec(obj: JSON) -> ProxySpec:

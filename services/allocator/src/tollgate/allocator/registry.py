@@ -26,6 +26,7 @@ from tollgate.allocator.allocation import InvalidArgumentError
 from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
+from tollgate.models.addresses import EndpointPolicy, Refusal
 from tollgate.models.base import condition_status
 from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
@@ -33,6 +34,7 @@ from tollgate.models.epic import (
     DEFAULT_CLUSTER,
     LOAD_BALANCER_LABEL,
     Account,
+    AccountSpec,
     GUEEndpoint,
     GUETunnelEndpoint,
     LBServiceGroup,
@@ -52,6 +54,7 @@ TUNNELS = "gue-tunnel-endpoints"
 CLUSTERS = "upstream-clusters"
 AD_HOC = "AdHocEndpoint"
 DUPLICATE = "DuplicateEndpoint"
+ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
 
 
 class NotFoundError(LookupError):
@@ -148,13 +151,30 @@ def tunnel_recorded(rep: JSON, lb: JSON) -> bool:
 
 
 class Registry:
-    def __init__(self, kube: Kube, ids: TunnelIDs, epic: EpicSingleton, default_gue: GUEEndpoint) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        ids: TunnelIDs,
+        epic: EpicSingleton,
+        default_gue: GUEEndpoint,
+        policy: EndpointPolicy | None = None,
+    ) -> None:
         self.kube = kube
         self.ids = ids
         self.epic = epic
         self.default_gue = default_gue
+        self.policy = policy or EndpointPolicy()
         self._gue: tuple[float, GUEEndpoint] | None = None
         self.in_flight: set[tuple[str, str]] = set()
+
+    async def address_refusal(self, namespace: str, fields: list[tuple[str, str]]) -> Refusal | None:
+        """Why an endpoint's (field, address) pairs break the endpoint policy, narrowed by the Account of
+        `namespace`; None when they do not."""
+        account = account_of(namespace)
+        stored = await self.kube.get(Account, namespace, account)
+        spec = AccountSpec.model_validate((stored or {}).get("spec") or {})
+        refusals = self.policy.refusals(fields, spec.endpoint_ranges(account))
+        return refusals[0] if refusals else None
 
     async def gue_endpoint(self) -> GUEEndpoint:
         """Where tunnels terminate when no Envoy pod is scheduled: the EPIC spec's `gue-endpoint`, else the
@@ -448,7 +468,12 @@ class Registry:
         port = endpoint_port.validated()
         client_cluster = allocation.validate_name("cluster", cluster) if cluster else DEFAULT_CLUSTER
         assert endpoint is not None
+        fields = [("address", endpoint), *([("node_address", node)] if node else [])]
+        if refusals := self.policy.refusals(fields):
+            raise InvalidArgumentError(str(refusals[0]))
         lb = await self._load_balancer(account, load_balancer)
+        if refusal := await self.address_refusal(lb["metadata"]["namespace"], fields):
+            raise InvalidArgumentError(str(refusal))
         if lb["metadata"].get("deletionTimestamp"):
             raise FailedPreconditionError(f"load_balancer: {load_balancer!r} is being deleted")
         namespace = lb["metadata"]["namespace"]
