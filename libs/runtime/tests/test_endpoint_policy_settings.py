@@ -29,5 +29,5 @@ def test_the_service_prefix_names_its_ranges(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_bad_range_is_refused_at_start_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOLLGATE_EXAMPLE_ENDPOINT_ALLOWED_RANGES", "127.77.0.1/16")
-    with pytest.raises(ValidationError, match="endpoint_allowed_ranges: '127.77.0.1/16' is not a CIDR range"):
+    with pytest.raises(ValidationError, match=r"endpoint_allowed_ranges: '127\.77\.0\.1/16' is not a CIDR range"):
         Settings()
