@@ -19,6 +19,7 @@ from tollgate.allocator.registry import (
     NotFoundError,
     NotShareableError,
     Registry,
+    account_ranges,
     describe,
     identity,
     tunnel_recorded,
@@ -127,17 +128,20 @@ class Reconciler:
             for lb in await self.kube.list_objects(LoadBalancer, namespace):
                 if condition_status(lb, proxy.ALLOCATED) != "True":
                     await self.reconcile_load_balancer(lb)
-            await self._judge_endpoints(namespace)
+            await self._judge_endpoints(account)
 
-    async def _judge_endpoints(self, namespace: str) -> None:
+    async def _judge_endpoints(self, account: JSON) -> None:
         """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.
         One refused now is no longer served; one refused before and allowed now gets its tunnel."""
+        namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
+        ranges = account_ranges(name, account)
         for rep in await self.kube.list_objects(RemoteEndpoint, namespace):
-            refused = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
-            if refused is not None and (refused.status, refused.reason) == ("False", ADDRESS_NOT_ALLOWED):
+            refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
+            ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+            if refusals:
+                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusals[0]))
+            elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
                 await self.reconcile_remote_endpoint(rep)
-            elif refusal := await self.registry.address_refusal(namespace, endpoint_addresses(rep)):
-                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusal))
 
     async def cleanup_account(self, account: JSON) -> None:
         """Delete what the account holds, then its user namespace; until it can, say why in a condition."""

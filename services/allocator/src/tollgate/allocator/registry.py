@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
+from pydantic import ValidationError
 
 from tollgate.allocator import allocation
 from tollgate.allocator.allocation import InvalidArgumentError
 from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
-from tollgate.models.addresses import EndpointPolicy, Refusal
+from tollgate.models.addresses import AccountRanges, EndpointPolicy, Refusal
 from tollgate.models.base import condition_status
 from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
@@ -172,8 +173,7 @@ class Registry:
         `namespace`; None when they do not."""
         account = account_of(namespace)
         stored = await self.kube.get(Account, namespace, account)
-        spec = AccountSpec.model_validate((stored or {}).get("spec") or {})
-        refusals = self.policy.refusals(fields, spec.endpoint_ranges(account))
+        refusals = self.policy.refusals(fields, account_ranges(account, stored))
         return refusals[0] if refusals else None
 
     async def gue_endpoint(self) -> GUEEndpoint:
@@ -600,6 +600,15 @@ class Registry:
             epic=epic,
             remote_endpoint=meta["name"],
         )
+
+
+def account_ranges(name: str, account: JSON | None) -> AccountRanges | None:
+    """The ranges an Account narrows its endpoints to; none allowed when its spec does not parse (it got past a down
+    webhook): closed rather than open."""
+    try:
+        return AccountSpec.model_validate((account or {}).get("spec") or {}).endpoint_ranges(name)
+    except ValidationError:
+        return AccountRanges(name, ())
 
 
 def _log_abandoned(work: asyncio.Future[Any]) -> None:
