@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from tollgate.models import Goop, LoadBalancer
-from tollgate.models.addresses import EndpointPolicy
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.models.epic import GWPROXY_LABEL, LOAD_BALANCER_LABEL
 from tollgate.models.routedip import Trust
+from tollgate.testing.cluster import dev_endpoint_policy
 from tollgate.webhook.validation import Limits, validate
 
 Obj = dict[str, Any]
@@ -766,7 +766,7 @@ def test_a_remote_endpoint_is_a_reachable_remote_address(
 
 
 def test_the_endpoint_policy_comes_from_the_limits(check: Check, sample: Sample) -> None:
-    dev = Limits(endpoint_policy=EndpointPolicy.parse("127.1.0.0/16,127.2.0.0/16", "127.77.0.0/16"))
+    dev = Limits(endpoint_policy=dev_endpoint_policy())
     endpoint = sample("RemoteEndpoint")
     endpoint["spec"]["address"], endpoint["spec"]["node-address"] = "127.77.3.4", "127.77.0.1"
     assert check(endpoint, limits=dev) == []

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tollgate.models.addresses import EndpointPolicy
 from tollgate.runtime.logging import setup_logging
 from tollgate.testing.kubelet.stages import kwok_stages
 from tollgate.testing.net import free_port
@@ -42,6 +43,11 @@ REMOTE_CIDR = "127.77.0.0/16"
 # and the allocator): the embedded cluster's own pod and Service ranges denied, 127.77.0.0/16 carved out of loopback.
 DEV_ENDPOINT_DENIED_RANGES = f"{POD_CIDR},{SERVICE_CIDR}"
 DEV_ENDPOINT_ALLOWED_RANGES = REMOTE_CIDR
+
+
+def dev_endpoint_policy() -> EndpointPolicy:
+    """The dev endpoint policy, for tests that build a service's parts in-process."""
+    return EndpointPolicy.parse(DEV_ENDPOINT_DENIED_RANGES, DEV_ENDPOINT_ALLOWED_RANGES)
 
 
 def endpoint_policy_env(service: str) -> dict[str, str]:
