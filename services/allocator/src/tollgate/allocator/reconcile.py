@@ -21,6 +21,7 @@ from tollgate.allocator.registry import (
     Registry,
     account_ranges,
     describe,
+    endpoint_addresses,
     identity,
     tunnel_recorded,
 )
@@ -547,13 +548,6 @@ class Reconciler:
                 node = rep["spec"]["node-address"]
                 message = f"released tunnel ID {released} of node {node}: its last endpoint went"
                 await self.kube.event(lb, "TunnelReleased", message)
-
-
-def endpoint_addresses(rep: JSON) -> list[tuple[str, str]]:
-    """A RemoteEndpoint's addresses as the endpoint policy judges them, by field."""
-    spec = rep["spec"]
-    node = spec.get("node-address")
-    return [("spec.address", str(spec.get("address"))), *([("spec.node-address", str(node))] if node else [])]
 
 
 def proxy_spec(obj: JSON) -> ProxySpec:

@@ -400,7 +400,8 @@ class Registry:
             return False
         log.info("released tunnel ID %s of node %s", tunnel_id, node, extra={"namespace": namespace})
         for late in await self._endpoints_on(namespace, lb_name, node):
-            await self.ensure_tunnel(late)
+            if await self.address_refusal(namespace, endpoint_addresses(late)) is None:
+                await self.ensure_tunnel(late)
         return True
 
     async def _endpoints_of(self, namespace: str, lb_name: str) -> list[JSON]:
@@ -600,6 +601,13 @@ class Registry:
             epic=epic,
             remote_endpoint=meta["name"],
         )
+
+
+def endpoint_addresses(rep: JSON) -> list[tuple[str, str]]:
+    """A RemoteEndpoint's addresses as the endpoint policy judges them, by field."""
+    spec = rep["spec"]
+    node = spec.get("node-address")
+    return [("spec.address", str(spec.get("address"))), *([("spec.node-address", str(node))] if node else [])]
 
 
 def account_ranges(name: str, account: JSON | None) -> AccountRanges | None:
