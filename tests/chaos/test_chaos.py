@@ -207,7 +207,7 @@ async def test_kube_apiserver_frozen_for_45_s(baseline: System) -> None:
         TABLE.recover(
             fault,
             "the allocator registers an endpoint",
-            lambda: register(system, "10.60.0.1", "10.60.0.100"),
+            lambda: register(system, "127.77.60.1", "127.77.60.100"),
             thawed,
             BOUND,
         ),
@@ -337,7 +337,7 @@ async def test_each_service_sigkilled_and_started_again(baseline: System) -> Non
             got = await TABLE.recover(
                 fault,
                 "a new registration gets a tunnel ID",
-                lambda: register(system, "10.61.0.1", "10.61.0.100"),
+                lambda: register(system, "127.77.61.1", "127.77.61.100"),
                 killed,
                 BOUND,
             )
@@ -345,7 +345,7 @@ async def test_each_service_sigkilled_and_started_again(baseline: System) -> Non
                 fault,
                 "earlier tunnels kept, no ID held twice",
                 killed,
-                tunnels_lost(system, {**held, "10.61.0.100": got}),
+                tunnels_lost(system, {**held, "127.77.61.100": got}),
             )
         TABLE.lost(fault, STILL_RUNNING, killed, system.exited())
 
@@ -354,7 +354,7 @@ async def test_registrations_through_dropped_answers_and_a_sigkilled_allocator(s
     """Registrations of new client nodes while the allocator's API answers keep getting lost, and the allocator is
     SIGKILLed midway and started again: every registration gets a tunnel ID, no ID is held by two nodes."""
     fault = "allocator: API answers dropped + SIGKILL midway"
-    nodes = [(f"10.62.{index}.1", f"10.62.{index}.100") for index in range(REGISTRATIONS)]
+    nodes = [(f"127.77.{100 + index}.1", f"127.77.{100 + index}.100") for index in range(REGISTRATIONS)]
     returned: dict[str, int] = {}
     gate = asyncio.Semaphore(8)
     halfway, done = asyncio.Event(), asyncio.Event()

@@ -41,6 +41,7 @@ from tollgate.testing.objects import (
     gwproxy,
     listener,
     load_balancer,
+    remote_endpoint,
     routed_ip,
     routed_ip_class,
     virtual_service,
@@ -332,6 +333,32 @@ OBJECT_CASES = [
         ),
         "spec.listeners[0].udp.cluster.name",
         "is reserved",
+    ),
+    ObjectCase(
+        "rep-metadata-address",
+        "an endpoint at the cloud metadata address makes the load balancer's Envoys fetch its secrets for anyone",
+        lambda s, x: remote_endpoint(s.attacker, "169.254.169.254", name=f"rep-{x}"),
+        "spec.address",
+        "169.254.169.254 is a link-local address",
+        Parked("Ready", "AddressNotAllowed"),
+    ),
+    ObjectCase(
+        "rep-loopback-node",
+        "an endpoint on the loopback node address tunnels to the Envoy's own host",
+        lambda s, x: with_value(
+            remote_endpoint(s.attacker, "127.77.9.9", name=f"rep-{x}"), "spec.node-address", "127.0.0.1"
+        ),
+        "spec.node-address",
+        "127.0.0.1 is a loopback address",
+        Parked("Ready", "AddressNotAllowed"),
+    ),
+    ObjectCase(
+        "rep-pod-range",
+        "an endpoint at a pod of the cluster reaches inside it, past its network policies",
+        lambda s, x: remote_endpoint(s.attacker, "127.1.1.9", name=f"rep-{x}"),
+        "spec.address",
+        "is in 127.1.0.0/16, a denied range",
+        Parked("Ready", "AddressNotAllowed"),
     ),
     ObjectCase(
         "rip-other-tenants-service",

@@ -171,14 +171,14 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
             "metadata": {"name": "seed-25", "namespace": "epic-root"},
             "spec": {
                 "load-balancer": "sample-acnodal",
-                "address": "10.244.2.7",
+                "address": "127.77.42.7",
                 "port": {"port": 8080},
                 "node-address": "192.168.1.25",
             },
         }
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(rep))
-        first = await api.register("root", "sample-acnodal", "10.244.1.5", 8080, node_address="192.168.1.16")
-        second = await api.register("root", "sample-acnodal", "10.244.1.6", 8080, node_address="192.168.1.16")
+        first = await api.register("root", "sample-acnodal", "127.77.41.5", 8080, node_address="192.168.1.16")
+        second = await api.register("root", "sample-acnodal", "127.77.41.6", 8080, node_address="192.168.1.16")
         assert first.created and second.created
         assert first.tunnel.tunnel_id == second.tunnel.tunnel_id, "endpoints on one node share its tunnel"
         assert first.tunnel.node_address == "192.168.1.16"
@@ -234,9 +234,9 @@ async def test_seed_load_balancer_applies_unchanged_and_ends_with_the_seed_statu
             status = get(custom, "loadbalancers", "epic-root", "sample-acnodal")["status"]
             return dict(status["gue-tunnel-endpoints"])
 
-        assert (await api.unregister("root", "sample-acnodal", "10.244.1.5", 8080)).removed == 1
+        assert (await api.unregister("root", "sample-acnodal", "127.77.41.5", 8080)).removed == 1
         assert tunnels()["192.168.1.16"]["tunnel-id"] == first.tunnel.tunnel_id, "the node still has an endpoint"
-        assert (await api.unregister("root", "sample-acnodal", "10.244.1.6")).removed == 1
+        assert (await api.unregister("root", "sample-acnodal", "127.77.41.6")).removed == 1
         wait_for(lambda: "192.168.1.16" not in tunnels(), "the node's tunnel to go with its last endpoint", timeout=30)
         cluster.kubectl("delete", "remoteendpoint", "seed-25", "-n", "epic-root")
         wait_for(lambda: "192.168.1.25" not in tunnels(), "a deleted RemoteEndpoint's node tunnel to go", timeout=30)
@@ -321,9 +321,9 @@ async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be
     def clusters() -> list[str]:
         return list(get(custom, "loadbalancers", namespace, "shared").get("status", {}).get("upstream-clusters", []))
 
-    await api.register(account, "shared", "10.2.0.1", 80, node_address="10.2.0.100", cluster="east")
+    await api.register(account, "shared", "127.77.2.1", 80, node_address="127.77.2.100", cluster="east")
     with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await api.register(account, "shared", "10.2.0.2", 80, node_address="10.2.0.200", cluster="west")
+        await api.register(account, "shared", "127.77.2.2", 80, node_address="127.77.2.200", cluster="west")
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert raised.value.details() == (
         "cluster: load balancer 'shared' serves cluster 'east', and its service group 'web' cannot be shared "
@@ -331,14 +331,14 @@ async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be
     )
     names = [r["metadata"]["name"] for r in custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                                                "remoteendpoints")["items"]]  # fmt: skip
-    assert names == ["shared-10-2-0-1-80-tcp"], "the refused registration left nothing behind"
+    assert names == ["shared-127-77-2-1-80-tcp"], "the refused registration left nothing behind"
     assert clusters() == ["east"]
 
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "lbservicegroups", "web",
                                           {"spec": {"can-be-shared": True}})  # fmt: skip
-    await api.register(account, "shared", "10.2.0.2", 80, node_address="10.2.0.200", cluster="west")
+    await api.register(account, "shared", "127.77.2.2", 80, node_address="127.77.2.200", cluster="west")
     assert clusters() == ["east", "west"]
-    assert (await api.unregister(account, "shared", "10.2.0.1")).deleted
+    assert (await api.unregister(account, "shared", "127.77.2.1")).deleted
     wait_for(lambda: clusters() == ["west"], "east to leave with its last endpoint", timeout=30)
 
 
@@ -535,73 +535,74 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     api = connect(account)
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("api", account)))
 
-    first = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
-    again = await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.1")
+    first = await api.register(account, "api", "127.77.1.7", 8080, node_address="127.77.1.1")
+    again = await api.register(account, "api", "127.77.1.7", 8080, node_address="127.77.1.1")
     assert first.created and not again.created
     assert again.tunnel == first.tunnel
-    assert first.tunnel.remote_endpoint == "api-10-1-0-7-8080-tcp"
-    rep = get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7-8080-tcp")
+    assert first.tunnel.remote_endpoint == "api-127-77-1-7-8080-tcp"
+    rep = get(custom, "remoteendpoints", f"epic-{account}", "api-127-77-1-7-8080-tcp")
     assert rep["status"]["tunnel-id"] == first.tunnel.tunnel_id
-    assert rep["spec"]["node-address"] == "10.1.0.1"
+    assert rep["spec"]["node-address"] == "127.77.1.1"
 
     # The same address on another port or protocol is another endpoint, on the same node's tunnel.
-    udp = await api.register(account, "api", "10.1.0.7", 8080, "UDP", node_address="10.1.0.1")
-    https = await api.register(account, "api", "10.1.0.7", 8443, node_address="10.1.0.1", port_name="https")
+    udp = await api.register(account, "api", "127.77.1.7", 8080, "UDP", node_address="127.77.1.1")
+    https = await api.register(account, "api", "127.77.1.7", 8443, node_address="127.77.1.1", port_name="https")
     assert udp.created and https.created
     assert {udp.tunnel.remote_endpoint, https.tunnel.remote_endpoint} == {
-        "api-10-1-0-7-8080-udp",
-        "api-10-1-0-7-8443-tcp",
+        "api-127-77-1-7-8080-udp",
+        "api-127-77-1-7-8443-tcp",
     }
     assert udp.tunnel.tunnel_id == https.tunnel.tunnel_id == first.tunnel.tunnel_id
     assert https.tunnel.endpoint_port.name == "https"
     # The same endpoint with other fields is refused, naming what differs; nothing changes.
     with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await api.register(account, "api", "10.1.0.7", 8080, node_address="10.1.0.2")
+        await api.register(account, "api", "127.77.1.7", 8080, node_address="127.77.1.2")
     assert raised.value.code() == grpc.StatusCode.ALREADY_EXISTS
-    assert "endpoint 10.1.0.7:8080/TCP is registered already as RemoteEndpoint api-10-1-0-7-8080-tcp with " in str(
+    assert "endpoint 127.77.1.7:8080/TCP is registered already as RemoteEndpoint api-127-77-1-7-8080-tcp with " in str(
         raised.value.details()
     )
-    assert "node-address '10.1.0.1' (not '10.1.0.2')" in str(raised.value.details())
-    assert get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-7-8080-tcp")["spec"]["node-address"] == (
-        "10.1.0.1"
+    assert "node-address '127.77.1.1' (not '127.77.1.2')" in str(raised.value.details())
+    assert get(custom, "remoteendpoints", f"epic-{account}", "api-127-77-1-7-8080-tcp")["spec"]["node-address"] == (
+        "127.77.1.1"
     )
     # Without a node address, an endpoint is ad hoc: Ready, without a tunnel.
-    ad_hoc = await api.register(account, "api", "10.1.0.9", 8080)
+    ad_hoc = await api.register(account, "api", "127.77.1.9", 8080)
     assert (ad_hoc.tunnel.tunnel_id, ad_hoc.tunnel.node_address) == (0, "")
-    assert condition(get(custom, "remoteendpoints", f"epic-{account}", "api-10-1-0-9-8080-tcp"), "Ready")["reason"] == (
-        "AdHocEndpoint"
-    )
+    assert condition(get(custom, "remoteendpoints", f"epic-{account}", "api-127-77-1-9-8080-tcp"), "Ready")[
+        "reason"
+    ] == ("AdHocEndpoint")
 
     lb = await api.load_balancer(account, "api")
     assert sorted((t.endpoint_address, t.endpoint_port.port, t.endpoint_port.protocol) for t in lb.tunnels) == [
-        ("10.1.0.7", 8080, "TCP"), ("10.1.0.7", 8080, "UDP"), ("10.1.0.7", 8443, "TCP"), ("10.1.0.9", 8080, "TCP")
+        ("127.77.1.7", 8080, "TCP"), ("127.77.1.7", 8080, "UDP"), ("127.77.1.7", 8443, "TCP"),
+        ("127.77.1.9", 8080, "TCP"),
     ]  # fmt: skip
     assert lb.service_id == 1
     tunnels = await api.tunnels(account)
     assert {(t.load_balancer, t.node_address, t.tunnel_id) for t in tunnels} == {
-        ("api", "10.1.0.1", first.tunnel.tunnel_id), ("api", "", 0)
+        ("api", "127.77.1.1", first.tunnel.tunnel_id), ("api", "", 0)
     }  # fmt: skip
 
     listed = epicctl(cluster, "get", "tunnels", "-a", account).stdout.splitlines()
     assert listed[0].split() == ["ACCOUNT", "LOAD-BALANCER", "NODE", "TUNNEL-ID", "EPIC-ADDRESS", "EPIC-PORT"]
     # No Envoy pod (replica count 0): tunnels end at the EPIC singleton's gue-endpoint, whichever allocator made it.
     gue = get(custom, "epics", "epic", "epic")["spec"]["gue-endpoint"]["epic-address"]
-    assert listed[1].split() == [account, "api", "10.1.0.1", str(first.tunnel.tunnel_id), gue, "6080/UDP"]
+    assert listed[1].split() == [account, "api", "127.77.1.1", str(first.tunnel.tunnel_id), gue, "6080/UDP"]
     assert len(listed) == 2, "one tunnel for the node's three endpoints"
     endpoints = epicctl(cluster, "get", "endpoints", "-a", account).stdout.splitlines()
     assert len(endpoints) == 5
-    assert [account, "api", "api-10-1-0-7-8443-tcp", "10.1.0.7:8443/TCP", "https", "10.1.0.1"] == (
+    assert [account, "api", "api-127-77-1-7-8443-tcp", "127.77.1.7:8443/TCP", "https", "127.77.1.1"] == (
         endpoints[3].split()[:6]
     )
 
     # The load balancer's one public port (80, no targetPort) reaches none of them: they are named.
     async def unmatched() -> dict[str, Any] | None:
         state = condition(get(custom, "loadbalancers", f"epic-{account}", "api"), "EndpointsMatched")
-        return state if state and state["status"] == "False" and "10.1.0.9" in state["message"] else None
+        return state if state and state["status"] == "False" and "127.77.1.9" in state["message"] else None
 
     state = await eventually(unmatched, "EndpointsMatched to name the endpoints no port reaches", timeout=30)
     assert state["reason"] == "EndpointMatchesNoPort"
-    assert "api-10-1-0-7-8443-tcp (10.1.0.7:8443/TCP (https))" in state["message"]
+    assert "api-127-77-1-7-8443-tcp (127.77.1.7:8443/TCP (https))" in state["message"]
     assert "(public ports and their targets: 80/TCP -> 80)" in state["message"]
     ports = [{"port": 80, "targetPort": 8080}, {"port": 443, "targetPort": "https"}, {"port": 8080, "protocol": "UDP"}]
     custom.patch_namespaced_custom_object(
@@ -615,12 +616,16 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     await eventually(matched, "EndpointsMatched once every endpoint's port is a target", timeout=30)
 
     bad: list[tuple[tuple[Any, ...], grpc.StatusCode, str]] = [
-        ((account, "api", "10.1.0.300", 80), grpc.StatusCode.INVALID_ARGUMENT, "address: '10.1.0.300' is not an IPv4"),
-        ((account, "api", "10.1.0.8", 0), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 0 is outside 1-65535"),
-        ((account, "api", "10.1.0.8", 70000), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 70000 is outside"),
-        (("no-such-account", "api", "10.1.0.8", 80), grpc.StatusCode.PERMISSION_DENIED, "is not the token's account"),
-        ((account, "nope", "10.1.0.8", 80), grpc.StatusCode.NOT_FOUND, "load_balancer: no load balancer 'nope'"),
-        (("", "api", "10.1.0.8", 80), grpc.StatusCode.INVALID_ARGUMENT, "account: required"),
+        (
+            (account, "api", "127.77.1.300", 80),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "address: '127.77.1.300' is not an IPv4",
+        ),
+        ((account, "api", "127.77.1.8", 0), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 0 is outside 1-65535"),
+        ((account, "api", "127.77.1.8", 70000), grpc.StatusCode.INVALID_ARGUMENT, "port.port: 70000 is outside"),
+        (("no-such-account", "api", "127.77.1.8", 80), grpc.StatusCode.PERMISSION_DENIED, "is not the token's account"),
+        ((account, "nope", "127.77.1.8", 80), grpc.StatusCode.NOT_FOUND, "load_balancer: no load balancer 'nope'"),
+        (("", "api", "127.77.1.8", 80), grpc.StatusCode.INVALID_ARGUMENT, "account: required"),
     ]
     for args, code, message in bad:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -628,10 +633,10 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
         assert raised.value.code() == code, args
         assert message in (raised.value.details() or ""), raised.value.details()
 
-    assert (await api.unregister(account, "api", "10.1.0.7", 8080, "UDP")).removed == 1
-    assert (await api.unregister(account, "api", "10.1.0.7")).removed == 2, "every port of the address"
-    assert not (await api.unregister(account, "api", "10.1.0.7")).deleted
-    assert (await api.unregister(account, "api", "10.1.0.9")).deleted
+    assert (await api.unregister(account, "api", "127.77.1.7", 8080, "UDP")).removed == 1
+    assert (await api.unregister(account, "api", "127.77.1.7")).removed == 2, "every port of the address"
+    assert not (await api.unregister(account, "api", "127.77.1.7")).deleted
+    assert (await api.unregister(account, "api", "127.77.1.9")).deleted
     assert await api.tunnels(account) == []
 
 

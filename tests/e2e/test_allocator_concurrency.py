@@ -118,7 +118,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
 
     # Two endpoints per client node: registered at once, through different allocators, they must share a tunnel.
     endpoints = [
-        (account, f"lb-{lb}", f"10.{a}.{lb}.{e + 1}", f"10.{a}.{lb}.{200 + e // 2}")
+        (account, f"lb-{lb}", f"127.77.{10 * a + lb}.{e + 1}", f"127.77.{10 * a + lb}.{200 + e // 2}")
         for a, account in enumerate(accounts)
         for lb in range(LBS_PER_ACCOUNT)
         for e in range(ENDPOINTS_PER_LB)

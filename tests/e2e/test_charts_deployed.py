@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.cluster import DEV_ENDPOINT_ALLOWED_RANGES, DEV_ENDPOINT_DENIED_RANGES, EmbeddedCluster
 from tollgate.testing.echo import UDPEcho, udp_request
 from tollgate.testing.rbac import default_replicas, release_namespaces
 from tollgate.testing.services import ServiceProcess
@@ -113,6 +113,27 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         cluster.down()
 
 
+def upgrade(deployment: Deployment, services: list[str], *values: str) -> None:
+    """helm upgrade of the services' releases with their values and `--set` each of `values`; returns when new Ready
+    pods have replaced the old ones."""
+    before = {s: {p["metadata"]["uid"] for p in deployment.ready_pods(s)} for s in services}
+    for service in services:
+        chart = ROOT / "deploy" / "charts" / f"tollgate-{service}"
+        namespace = release_namespaces()[f"tollgate-{service}"]
+        sets = [part for value in values for part in ("--set", value)]
+        result = deployment.helm("upgrade", f"tollgate-{service}", str(chart), "-n", namespace, "--reuse-values", *sets)
+        assert result.returncode == 0, result.stderr
+
+    def rolled() -> bool:
+        return all(
+            len(uids := {p["metadata"]["uid"] for p in deployment.ready_pods(s)}) == default_replicas(s)
+            and not uids & before[s]
+            for s in services
+        )
+
+    wait_for(rolled, f"the upgraded pods to replace the old ones and be Ready\n{deployment.logs()}", timeout=180)
+
+
 def wait_all_ready(deployment: Deployment, timeout: float = 240) -> None:
     for service in SERVICES:
         wait_for(
@@ -174,6 +195,14 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
         "service-group": "sample",
     }
     deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
+    # The charts' endpoint policy is a real cluster's, which refuses loopback endpoints: this machine's simulated
+    # remote endpoint needs the dev policy, set through the chart values.
+    upgrade(
+        deployment,
+        ["webhook", "allocator"],
+        f"endpointPolicy.deniedRanges={{{DEV_ENDPOINT_DENIED_RANGES}}}",
+        f"endpointPolicy.allowedRanges={{{DEV_ENDPOINT_ALLOWED_RANGES}}}",
+    )
     async with UDPEcho(UPSTREAM, 5060, name="charts-upstream"):
         deployment.kubectl("apply", "-f", "-", stdin=json.dumps(lb))
         endpoint = {
@@ -210,21 +239,7 @@ async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_fro
 
 
 def test_helm_upgrade_with_a_changed_value_rolls_the_pods_and_they_come_back_ready(deployment: Deployment) -> None:
-    before = {s: {p["metadata"]["uid"] for p in deployment.ready_pods(s)} for s in ("jobs", "xds")}
-    for service in ("jobs", "xds"):
-        chart = ROOT / "deploy" / "charts" / f"tollgate-{service}"
-        namespace = release_namespaces()[f"tollgate-{service}"]
-        result = deployment.helm("upgrade", f"tollgate-{service}", str(chart), "-n", namespace,
-                                 "--reuse-values", "--set", "logLevel=DEBUG")  # fmt: skip
-        assert result.returncode == 0, result.stderr
-
-    def rolled() -> bool:
-        return all(
-            (uids := {p["metadata"]["uid"] for p in deployment.ready_pods(s)}) and not uids & before[s]
-            for s in ("jobs", "xds")
-        )
-
-    wait_for(rolled, f"the upgraded pods to replace the old ones and be Ready\n{deployment.logs()}", timeout=180)
+    upgrade(deployment, ["jobs", "xds"], "logLevel=DEBUG")
     (pod,) = deployment.ready_pods("jobs")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["TOLLGATE_JOBS_LOG_LEVEL"] == "DEBUG"

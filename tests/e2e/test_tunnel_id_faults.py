@@ -21,7 +21,7 @@ from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics
 from tollgate.models.epic import GROUP, SINGLETON_NAME, SYSTEM_NAMESPACE, VERSION, EPICSpec, GUEEndpoint, LoadBalancer
 from tollgate.runtime.kube import api_client
 from tollgate.testing import agents
-from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.cluster import EmbeddedCluster, dev_endpoint_policy
 from tollgate.testing.faultproxy import FaultProxy, Mode, api_server_proxy
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -84,10 +84,10 @@ class LoseTheAnswerOnce(Kube):
 @pytest.fixture
 async def lossy_registry(cluster: EmbeddedCluster, tmp_path: Path) -> AsyncIterator[tuple[Registry, LoseTheAnswerOnce]]:
     with api_server_proxy(cluster.kubeconfig, tmp_path) as (proxy, kubeconfig):
-        kube = LoseTheAnswerOnce(api_client(kubeconfig), proxy, "10.9.0.1")
+        kube = LoseTheAnswerOnce(api_client(kubeconfig), proxy, "127.77.9.1")
         epic = EpicSingleton(kube, EPICSpec(gue_endpoint=GUE))
         ids = BlockTunnelIDs(kube, epic, Metrics(), f"test-{uuid.uuid4().hex[:5]}", track_owners=False)
-        yield Registry(kube, ids, epic, GUE), kube
+        yield Registry(kube, ids, epic, GUE, dev_endpoint_policy()), kube
         await asyncio.to_thread(kube.api.close)
 
 
@@ -97,14 +97,14 @@ async def test_an_answer_lost_after_the_write_landed_does_not_hand_the_tunnel_id
     registry, kube = lossy_registry
     (first, _), (second, _) = [
         await registry.register(account, "lb", address, Endpoint(8080), node_address=node)
-        for address, node in (("10.9.0.11", "10.9.0.1"), ("10.9.0.21", "10.9.0.2"))
+        for address, node in (("127.77.9.11", "127.77.9.1"), ("127.77.9.21", "127.77.9.2"))
     ]
     assert not kube.armed, "the first node's tunnel write lost its answer"
     lb = cast(
         dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, f"epic-{account}", "loadbalancers", "lb")
     )
     recorded = {node: entry["tunnel-id"] for node, entry in lb["status"][TUNNELS].items()}
-    assert recorded == {"10.9.0.1": first.tunnel_id, "10.9.0.2": second.tunnel_id}
+    assert recorded == {"127.77.9.1": first.tunnel_id, "127.77.9.2": second.tunnel_id}
     assert first.tunnel_id != second.tunnel_id, "the landed write's ID was handed to the next node"
 
 
@@ -162,7 +162,9 @@ async def test_a_deleted_or_restored_singleton_never_hands_out_an_id_in_use(
     async def register(nodes: range) -> None:
         async with AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) as api:
             for index in nodes:
-                await api.register(account, "lb", f"10.8.{index}.1", 8080, node_address=f"10.8.{index}.100")
+                await api.register(
+                    account, "lb", f"127.77.{80 + index}.1", 8080, node_address=f"127.77.{80 + index}.100"
+                )
 
     await register(range(0, 5))
     restore(cluster, custom, backup)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tollgate.testing.cluster import endpoint_policy_env
 from tollgate.testing.dev import DevSystem
 from tollgate.testing.tools import repo_root
 
@@ -27,6 +28,15 @@ def test_local_resources_start_in_an_order_that_respects_after_and_name_real_ste
     assert {f"tollgate.{s}" for s in SERVICES} <= {r.module for r in system.resources}
     health = [r.health for r in system.resources if r.module is not None]
     assert len(health) == len(set(health)) == len(services), "health ports must be distinct"
+
+
+def test_the_local_system_and_tilt_run_the_dev_endpoint_policy(tmp_path: Path) -> None:
+    """make dev and the e2e fixtures take the policy from tollgate.testing; Tilt's local mode reads it from
+    resources.yaml, which must say the same."""
+    resources = {r.name: r for r in DevSystem(ROOT, state=tmp_path).resources}
+    for service in ("webhook", "allocator"):
+        policy = endpoint_policy_env(service)
+        assert {key: resources[service].env.get(key) for key in policy} == policy
 
 
 def test_every_service_has_an_image_with_a_non_root_runtime_stage() -> None:

@@ -11,6 +11,7 @@ from tollgate.models import Goop, LoadBalancer
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.models.epic import GWPROXY_LABEL, LOAD_BALANCER_LABEL
 from tollgate.models.routedip import Trust
+from tollgate.testing.cluster import dev_endpoint_policy
 from tollgate.webhook.validation import Limits, validate
 
 Obj = dict[str, Any]
@@ -739,12 +740,81 @@ def test_the_job_count_maximum_is_configured(check: Check, sample: Sample) -> No
 # ---- the rest ----
 
 
-def test_a_remote_endpoint_is_a_unicast_address(check: Check, sample: Sample) -> None:
+REACHABLE = "endpoints must be reachable remote addresses"
+
+
+@pytest.mark.parametrize(
+    ("field", "address", "violation"),
+    [
+        ("address", "0.0.0.0", f"spec.address: 0.0.0.0 is the unspecified address; {REACHABLE}"),
+        ("address", "127.0.0.1", f"spec.address: 127.0.0.1 is a loopback address; {REACHABLE}"),
+        ("node-address", "169.254.169.254", "spec.node-address: 169.254.169.254 is a link-local address"),
+        ("address", "224.0.0.5", "spec.address: 224.0.0.5 is a multicast address"),
+        ("address", "255.255.255.255", "spec.address: 255.255.255.255 is the broadcast address"),
+        ("address", "10.244.0.9", "spec.address: 10.244.0.9 is in 10.244.0.0/16, a denied range"),
+        ("node-address", "10.96.0.1", "spec.node-address: 10.96.0.1 is in 10.96.0.0/12, a denied range"),
+    ],
+)
+def test_a_remote_endpoint_is_a_reachable_remote_address(
+    check: Check, sample: Sample, field: str, address: str, violation: str
+) -> None:
     endpoint = sample("RemoteEndpoint")
     assert check(endpoint) == []
-    endpoint["spec"]["address"] = "0.0.0.0"
-    (violation,) = check(endpoint)
-    assert violation.startswith("spec.address: 0.0.0.0 is not a unicast host address")
+    endpoint["spec"][field] = address
+    (found,) = check(endpoint)
+    assert found.startswith(violation), found
+
+
+def test_the_endpoint_policy_comes_from_the_limits(check: Check, sample: Sample) -> None:
+    dev = Limits(endpoint_policy=dev_endpoint_policy())
+    endpoint = sample("RemoteEndpoint")
+    endpoint["spec"]["address"], endpoint["spec"]["node-address"] = "127.77.3.4", "127.77.0.1"
+    assert check(endpoint, limits=dev) == []
+    assert check(endpoint)[0].startswith("spec.address: 127.77.3.4 is a loopback address")
+    endpoint["spec"]["address"] = "127.1.1.9"
+    assert check(endpoint, limits=dev) == [
+        f"spec.address: 127.1.1.9 is in 127.1.0.0/16, a denied range (the cluster's own pod and Service ranges are "
+        f"denied); {REACHABLE}"
+    ]
+
+
+def test_an_account_narrows_its_endpoints_ranges(check: Check, sample: Sample) -> None:
+    endpoint, slice_, account = sample("RemoteEndpoint"), sample("GWEndpointSlice"), sample("Account")
+    account["spec"]["allowedEndpointRanges"] = ["192.168.1.0/24"]
+    assert account["metadata"]["namespace"] == endpoint["metadata"]["namespace"] == slice_["metadata"]["namespace"]
+    assert check(endpoint, account) == []
+    assert check(slice_, account) == [
+        "spec.endpoints[0].addresses[0]: 192.168.101.5 is outside Account root's spec.allowedEndpointRanges "
+        "(192.168.1.0/24)",
+        "spec.endpoints[1].addresses[0]: 192.168.102.7 is outside Account root's spec.allowedEndpointRanges "
+        "(192.168.1.0/24)",
+    ]
+    account["spec"]["allowedEndpointRanges"] = ["192.168.2.0/24"]
+    assert check(endpoint, account) == [
+        "spec.address: 192.168.1.30 is outside Account root's spec.allowedEndpointRanges (192.168.2.0/24)",
+        "spec.node-address: 192.168.1.30 is outside Account root's spec.allowedEndpointRanges (192.168.2.0/24)",
+    ]
+    elsewhere = named(sample("RemoteEndpoint"), "rep", "epic-other")
+    assert check(elsewhere, account) == [], "another namespace's Account does not narrow it"
+
+
+def test_gw_endpoint_slice_addresses_follow_the_endpoint_policy(check: Check, sample: Sample) -> None:
+    slice_ = sample("GWEndpointSlice")
+    slice_["spec"]["endpoints"][0]["addresses"] = ["127.0.0.1"]
+    slice_["spec"]["nodeAddresses"]["node-b"] = "169.254.169.254"
+    assert check(slice_) == [
+        f"spec.endpoints[0].addresses[0]: 127.0.0.1 is a loopback address; {REACHABLE}",
+        "spec.nodeAddresses[node-b]: 169.254.169.254 is a link-local address (169.254.0.0/16, where cloud metadata "
+        f"services answer); {REACHABLE}",
+    ]
+
+
+def test_an_account_s_ranges_must_be_cidrs(check: Check, sample: Sample) -> None:
+    account = sample("Account")
+    account["spec"]["allowedEndpointRanges"] = ["192.168.0.0/16", "192.168.1.1/24", "nonsense"]
+    found = check(account)
+    assert [v.split(":")[0] for v in found] == ["spec.allowedEndpointRanges[1]", "spec.allowedEndpointRanges[2]"]
+    assert "'192.168.1.1/24' is not a CIDR range such as 192.168.0.0/16 (192.168.1.1/24 has host bits set)" in found[0]
 
 
 def test_one_remote_endpoint_per_address_port_and_protocol(check: Check, sample: Sample) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tollgate.models import udp
+from tollgate.models.addresses import AccountRanges, parse_range, parse_ranges
 from tollgate.models.base import CustomResource, PrinterColumn, ResourceInfo, Status, WireModel, exactly_one
 from tollgate.models.gateway import Endpoint, EndpointPort, GatewaySpec, HTTPRouteSpec, ParentReference, TCPRouteSpec
 
@@ -152,6 +153,9 @@ class EPIC(CustomResource[EPICSpec, EPICStatus]):
     )
 
 
+EndpointRange = Annotated[str, AfterValidator(lambda value: str(parse_range(value)))]
+
+
 class AccountSpec(WireModel):
     display_name: str | None = Field(default=None, alias="display-name", max_length=253)
     proxy_limit: int = Field(
@@ -166,6 +170,19 @@ class AccountSpec(WireModel):
         ge=0,
         description="Most LoadBalancers the account may have (checked when one is created).",
     )
+    allowed_endpoint_ranges: list[EndpointRange] | None = Field(
+        default=None,
+        alias="allowedEndpointRanges",
+        max_length=100,
+        description="CIDRs the account's endpoints must be in (RemoteEndpoint addresses and node addresses, "
+        "GWEndpointSlice addresses), on top of the cluster's endpoint policy; unset: any address the policy allows.",
+    )
+
+    def endpoint_ranges(self, account: str) -> AccountRanges | None:
+        """The account's narrowing of the endpoint policy; None when it sets none."""
+        if self.allowed_endpoint_ranges is None:
+            return None
+        return AccountRanges(account, parse_ranges(self.allowed_endpoint_ranges, "spec.allowedEndpointRanges"))
 
 
 class AccountStatus(Status):

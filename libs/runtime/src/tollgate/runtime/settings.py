@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tollgate.models.addresses import DEFAULT_DENIED_RANGES, EndpointPolicy, parse_ranges
 from tollgate.models.routedip import DIGITALOCEAN_API_URL, JOB_SERVICE_ACCOUNT, Trust
 from tollgate.runtime.kube import KubeTimeouts
 
@@ -91,3 +92,27 @@ class RoutedIPTrustSettings(BaseSettings):
         return Trust.parse(
             self.routedip_api_urls, self.routedip_http_hosts, self.routedip_job_service_account, ROUTEDIP_API_URLS
         )
+
+
+class EndpointPolicySettings(BaseSettings):
+    """The endpoint address policy (tollgate.models.addresses), for the services that enforce it: the webhook at
+    admission and the allocator at registration."""
+
+    endpoint_denied_ranges: str = Field(
+        default=",".join(DEFAULT_DENIED_RANGES),
+        description="Comma-separated CIDRs no endpoint may be in: the cluster's own pod and Service ranges.",
+    )
+    endpoint_allowed_ranges: str = Field(
+        default="",
+        description="Comma-separated CIDRs carved out of the denied ranges and the built-in refusals (loopback, "
+        "link-local, ...): the most specific matching range decides.",
+    )
+
+    @field_validator("endpoint_denied_ranges", "endpoint_allowed_ranges")
+    @classmethod
+    def _ranges(cls, value: str, info: ValidationInfo) -> str:
+        parse_ranges(value, info.field_name or "ranges")
+        return value
+
+    def endpoint_policy(self) -> EndpointPolicy:
+        return EndpointPolicy.parse(self.endpoint_denied_ranges, self.endpoint_allowed_ranges)

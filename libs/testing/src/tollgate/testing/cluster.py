@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tollgate.models.addresses import EndpointPolicy
 from tollgate.runtime.logging import setup_logging
 from tollgate.testing.kubelet.stages import kwok_stages
 from tollgate.testing.net import free_port
@@ -34,6 +35,28 @@ ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
 # ClusterIPs: loopback addresses too, which the embedded kubelet listens on (see kwokctl_config).
 SERVICE_CIDR = "127.2.0.0/16"
+# Pod IPs: each node's pod CIDR is a /24 of this (node_manifest).
+POD_CIDR = "127.1.0.0/16"
+# Simulated remote client nodes and their endpoints: the one loopback range the dev endpoint policy allows.
+REMOTE_CIDR = "127.77.0.0/16"
+# The endpoint policy of the dev system and the end-to-end tests (TOLLGATE_<SERVICE>_ENDPOINT_*_RANGES of the webhook
+# and the allocator): the embedded cluster's own pod and Service ranges denied, 127.77.0.0/16 carved out of loopback.
+DEV_ENDPOINT_DENIED_RANGES = f"{POD_CIDR},{SERVICE_CIDR}"
+DEV_ENDPOINT_ALLOWED_RANGES = REMOTE_CIDR
+
+
+def dev_endpoint_policy() -> EndpointPolicy:
+    """The dev endpoint policy, for tests that build a service's parts in-process."""
+    return EndpointPolicy.parse(DEV_ENDPOINT_DENIED_RANGES, DEV_ENDPOINT_ALLOWED_RANGES)
+
+
+def endpoint_policy_env(service: str) -> dict[str, str]:
+    """The dev endpoint policy as the settings of `service` (tollgate.runtime.settings.EndpointPolicySettings)."""
+    prefix = f"TOLLGATE_{service.upper()}_"
+    return {
+        f"{prefix}ENDPOINT_DENIED_RANGES": DEV_ENDPOINT_DENIED_RANGES,
+        f"{prefix}ENDPOINT_ALLOWED_RANGES": DEV_ENDPOINT_ALLOWED_RANGES,
+    }
 
 
 PORT_OPTIONS = (

@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from tollgate.testing.cluster import endpoint_policy_env
 from tollgate.testing.net import free_port
 from tollgate.testing.wait import wait_for
 
@@ -40,6 +41,7 @@ class ServiceProcess:
             f"{prefix}HEALTH_HOST": "127.0.0.1",
             f"{prefix}HEALTH_PORT": str(self.health_port),
             f"{prefix}LOG_LEVEL": "DEBUG",
+            **endpoint_policy_env(name),
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None

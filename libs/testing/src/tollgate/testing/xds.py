@@ -25,7 +25,8 @@ ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"
 
 
 def spare_loopback() -> str:
-    """An address outside the pod CIDRs (127.1.0.0/16) for endpoints that are not pods."""
+    """An address in 127.77.0.0/16 (REMOTE_CIDR), outside the pod CIDRs, which the dev endpoint policy allows: for
+    endpoints that are not pods."""
     return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
 
 

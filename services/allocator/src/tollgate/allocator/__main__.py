@@ -28,14 +28,14 @@ from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
 
 log = logging.getLogger("tollgate.allocator")
 WORKERS = 64
 
 
-class Settings(ServiceSettings):
+class Settings(ServiceSettings, EndpointPolicySettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_ALLOCATOR_", extra="ignore")
 
     service_name: str = "tollgate-allocator"
@@ -113,7 +113,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
         ids = BlockTunnelIDs(kube, epic, metrics, identity)
     else:
         ids = SeedTunnelIDs(epic, metrics)
-    registry = Registry(kube, ids, epic, GUEEndpoint(epic_address=settings.gue_address))
+    registry = Registry(kube, ids, epic, GUEEndpoint(epic_address=settings.gue_address), settings.endpoint_policy())
     accounts = Credentials(kube.list_agent_credentials, kube.watch_agent_credentials)
     accounts.start()
     server, port = await grpc_server.start(

@@ -14,11 +14,14 @@ from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
 from tollgate.allocator.k8s import JSON, Kind, Kube
 from tollgate.allocator.registry import (
+    ADDRESS_NOT_ALLOWED,
     DUPLICATE,
     NotFoundError,
     NotShareableError,
     Registry,
+    account_ranges,
     describe,
+    endpoint_addresses,
     identity,
     tunnel_recorded,
 )
@@ -126,6 +129,20 @@ class Reconciler:
             for lb in await self.kube.list_objects(LoadBalancer, namespace):
                 if condition_status(lb, proxy.ALLOCATED) != "True":
                     await self.reconcile_load_balancer(lb)
+            await self._judge_endpoints(account)
+
+    async def _judge_endpoints(self, account: JSON) -> None:
+        """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.
+        One refused now is no longer served; one refused before and allowed now gets its tunnel."""
+        namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
+        ranges = account_ranges(name, account)
+        for rep in await self.kube.list_objects(RemoteEndpoint, namespace):
+            refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
+            ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+            if refusals:
+                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusals[0]))
+            elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
+                await self.reconcile_remote_endpoint(rep)
 
     async def cleanup_account(self, account: JSON) -> None:
         """Delete what the account holds, then its user namespace; until it can, say why in a condition."""
@@ -439,6 +456,9 @@ class Reconciler:
         with self.tracer.start_as_current_span(
             "reconcile RemoteEndpoint", attributes={"namespace": namespace, "name": name}
         ):
+            if refusal := await self.registry.address_refusal(namespace, endpoint_addresses(rep)):
+                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusal))
+                return
             lb_name = rep["spec"]["load-balancer"]
             lb = lb or await self.kube.get(LoadBalancer, namespace, lb_name)
             if lb is None:

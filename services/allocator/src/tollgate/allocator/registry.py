@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
+from pydantic import ValidationError
 
 from tollgate.allocator import allocation
 from tollgate.allocator.allocation import InvalidArgumentError
 from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
+from tollgate.models.addresses import AccountRanges, EndpointPolicy, Refusal
 from tollgate.models.base import condition_status
 from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
@@ -33,6 +35,7 @@ from tollgate.models.epic import (
     DEFAULT_CLUSTER,
     LOAD_BALANCER_LABEL,
     Account,
+    AccountSpec,
     GUEEndpoint,
     GUETunnelEndpoint,
     LBServiceGroup,
@@ -52,6 +55,7 @@ TUNNELS = "gue-tunnel-endpoints"
 CLUSTERS = "upstream-clusters"
 AD_HOC = "AdHocEndpoint"
 DUPLICATE = "DuplicateEndpoint"
+ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
 
 
 class NotFoundError(LookupError):
@@ -148,13 +152,29 @@ def tunnel_recorded(rep: JSON, lb: JSON) -> bool:
 
 
 class Registry:
-    def __init__(self, kube: Kube, ids: TunnelIDs, epic: EpicSingleton, default_gue: GUEEndpoint) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        ids: TunnelIDs,
+        epic: EpicSingleton,
+        default_gue: GUEEndpoint,
+        policy: EndpointPolicy | None = None,
+    ) -> None:
         self.kube = kube
         self.ids = ids
         self.epic = epic
         self.default_gue = default_gue
+        self.policy = policy or EndpointPolicy()
         self._gue: tuple[float, GUEEndpoint] | None = None
         self.in_flight: set[tuple[str, str]] = set()
+
+    async def address_refusal(self, namespace: str, fields: list[tuple[str, str]]) -> Refusal | None:
+        """Why an endpoint's (field, address) pairs break the endpoint policy, narrowed by the Account of
+        `namespace`; None when they do not."""
+        account = account_of(namespace)
+        stored = await self.kube.get(Account, namespace, account)
+        refusals = self.policy.refusals(fields, account_ranges(account, stored))
+        return refusals[0] if refusals else None
 
     async def gue_endpoint(self) -> GUEEndpoint:
         """Where tunnels terminate when no Envoy pod is scheduled: the EPIC spec's `gue-endpoint`, else the
@@ -380,7 +400,8 @@ class Registry:
             return False
         log.info("released tunnel ID %s of node %s", tunnel_id, node, extra={"namespace": namespace})
         for late in await self._endpoints_on(namespace, lb_name, node):
-            await self.ensure_tunnel(late)
+            if await self.address_refusal(namespace, endpoint_addresses(late)) is None:
+                await self.ensure_tunnel(late)
         return True
 
     async def _endpoints_of(self, namespace: str, lb_name: str) -> list[JSON]:
@@ -448,7 +469,12 @@ class Registry:
         port = endpoint_port.validated()
         client_cluster = allocation.validate_name("cluster", cluster) if cluster else DEFAULT_CLUSTER
         assert endpoint is not None
+        fields = [("address", endpoint), *([("node_address", node)] if node else [])]
+        if refusals := self.policy.refusals(fields):
+            raise InvalidArgumentError(str(refusals[0]))
         lb = await self._load_balancer(account, load_balancer)
+        if refusal := await self.address_refusal(lb["metadata"]["namespace"], fields):
+            raise InvalidArgumentError(str(refusal))
         if lb["metadata"].get("deletionTimestamp"):
             raise FailedPreconditionError(f"load_balancer: {load_balancer!r} is being deleted")
         namespace = lb["metadata"]["namespace"]
@@ -575,6 +601,22 @@ class Registry:
             epic=epic,
             remote_endpoint=meta["name"],
         )
+
+
+def endpoint_addresses(rep: JSON) -> list[tuple[str, str]]:
+    """A RemoteEndpoint's addresses as the endpoint policy judges them, by field."""
+    spec = rep["spec"]
+    node = spec.get("node-address")
+    return [("spec.address", str(spec.get("address"))), *([("spec.node-address", str(node))] if node else [])]
+
+
+def account_ranges(name: str, account: JSON | None) -> AccountRanges | None:
+    """The ranges an Account narrows its endpoints to; none allowed when its spec does not parse (it got past a down
+    webhook): closed rather than open."""
+    try:
+        return AccountSpec.model_validate((account or {}).get("spec") or {}).endpoint_ranges(name)
+    except ValidationError:
+        return AccountRanges(name, ())
 
 
 def _log_abandoned(work: asyncio.Future[Any]) -> None:

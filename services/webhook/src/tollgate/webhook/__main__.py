@@ -16,7 +16,7 @@ from pydantic_settings import SettingsConfigDict
 
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import RoutedIPTrustSettings, ServiceSettings
+from tollgate.runtime.settings import EndpointPolicySettings, RoutedIPTrustSettings, ServiceSettings
 from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
@@ -27,7 +27,7 @@ from tollgate.webhook.registration import TIMEOUT_SECONDS
 from tollgate.webhook.validation import INDEXES, Limits
 
 
-class Settings(ServiceSettings, RoutedIPTrustSettings):
+class Settings(ServiceSettings, RoutedIPTrustSettings, EndpointPolicySettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_WEBHOOK_", extra="ignore")
 
     service_name: str = "tollgate-webhook"
@@ -68,6 +68,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         Limits(
             max_goop_jobs=settings.max_goop_jobs,
             routed_ip_trust=settings.routed_ip_trust(),
+            endpoint_policy=settings.endpoint_policy(),
         ),
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),

@@ -32,6 +32,7 @@ from tollgate.models import (
     ServicePrefix,
     VirtualService,
 )
+from tollgate.models.addresses import AccountRanges, EndpointPolicy, IPAddress
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER, bootstrap_ports
 from tollgate.models.epic import (
     GWPROXY_LABEL,
@@ -92,6 +93,7 @@ class Limits:
 
     max_goop_jobs: int = 100
     routed_ip_trust: Trust = field(default_factory=Trust)
+    endpoint_policy: EndpointPolicy = field(default_factory=EndpointPolicy)
 
 
 class View(Protocol):
@@ -574,15 +576,16 @@ def _gw_endpoint_slice(resource: GWEndpointSlice, review: Review) -> Iterator[Vi
         yield Violation(
             "spec.addressType", f"{spec.address_type} is not supported: Envoy's EDS takes IPv4 or IPv6 addresses"
         )
+    judged: list[tuple[str, str | IPAddress]] = []
     for index, endpoint in enumerate(spec.endpoints):
         for number, text in enumerate(endpoint.addresses):
+            where = f"spec.endpoints[{index}].addresses[{number}]"
             try:
                 if address is not None:
-                    address(text)
+                    judged.append((where, address(text)))
             except ValueError:
                 yield Violation(
-                    f"spec.endpoints[{index}].addresses[{number}]",
-                    f"{text!r} is not an {spec.address_type} address (addressType {spec.address_type})",
+                    where, f"{text!r} is not an {spec.address_type} address (addressType {spec.address_type})"
                 )
     names: dict[str, str] = {}
     for index, port in enumerate(spec.ports):
@@ -593,9 +596,10 @@ def _gw_endpoint_slice(resource: GWEndpointSlice, review: Review) -> Iterator[Vi
             yield from _unique_within(names, port.name, f"{field}.name", "port")
     for node, text in spec.node_addresses.items():
         try:
-            IPv4Address(text) if "." in text else IPv6Address(text)
+            judged.append((f"spec.nodeAddresses[{node}]", IPv4Address(text) if "." in text else IPv6Address(text)))
         except ValueError:
             yield Violation(f"spec.nodeAddresses[{node}]", f"{text!r} is not an IP address")
+    yield from _endpoint_addresses(review, judged)
 
 
 def _selector_text(selector: Mapping[str, Any]) -> str:
@@ -747,11 +751,25 @@ def _endpoint_identity_fields(spec: RemoteEndpointSpec) -> dict[str, object]:
     }
 
 
+def _account_ranges(review: Review) -> AccountRanges | None:
+    """The endpoint ranges the Account of the reviewed object's namespace narrows the policy to, as cached."""
+    account = account_of(review.namespace)
+    spec = _parsed(AccountSpec, _spec(review.view.get(Account.resource.kind, review.namespace, account) or {}))
+    return spec.endpoint_ranges(account) if spec is not None else None
+
+
+def _endpoint_addresses(review: Review, addresses: list[tuple[str, str | IPAddress]]) -> Iterator[Violation]:
+    """The endpoint address policy, narrowed by the namespace's Account."""
+    for refusal in review.limits.endpoint_policy.refusals(addresses, _account_ranges(review)):
+        yield Violation(refusal.field, refusal.rule)
+
+
 def _remote_endpoint(resource: RemoteEndpoint, review: Review) -> Iterator[Violation]:
     spec = resource.spec
-    yield from _unicast(spec.address, "spec.address")
+    addresses: list[tuple[str, str | IPAddress]] = [("spec.address", spec.address)]
     if spec.node_address is not None:
-        yield from _unicast(spec.node_address, "spec.node-address")
+        addresses.append(("spec.node-address", spec.node_address))
+    yield from _endpoint_addresses(review, addresses)
     old = _parsed(RemoteEndpointSpec, review.old_spec)
     if old is not None:
         before = _endpoint_identity_fields(old)
