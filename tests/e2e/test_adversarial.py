@@ -1,38 +1,52 @@
 """Issue #15's adversarial table: what a tenant, an agent or an Envoy may try through each door, and what stops it.
 
 One set of real services for the whole module, each under its chart's ServiceAccount: the webhook (registered for
-the module's tenant namespaces, and for cluster-scoped objects), the allocator and the RoutedIP controller. Two
-accounts are made with epicctl: the attacker's and the victim's.
+the module's tenant namespaces, and for cluster-scoped objects), the allocator (its registration API over TLS, a
+token per account), xds and the RoutedIP controller. Two accounts are made with epicctl, each with its agent's
+token minted as `epicctl credentials create` mints it: the attacker's and the victim's.
 
 Each object case is played twice. Through the API server with the webhook in force it must be refused with a
 message naming the field and the rule, and nothing of it stored. Then the same object is created as if the webhook
 had been down (it carries a label the webhook's objectSelector skips): the service that owns it must park it with a
 condition and a reason, and do nothing half-way (no Deployment, no finalizer, no Job, no firewall port). No case may
 get a 5xx from the webhook (the API server then says "failed calling webhook"), and no service may crash.
+
+The registration API cases are calls an agent could make with the attacker's token (or none), through the real
+gRPC port: each gets its status code and a message naming the field, and writes nothing. The xDS cases are ADS
+streams that claim to be an Envoy pod they are not.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import ssl
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.client import HTTPSConnection
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from kubernetes import client
 
+from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.cli.epicctl import main as epicctl_main
-from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, XDS_CLUSTER
+from tollgate.models.epic import GROUP as EPIC_GROUP
+from tollgate.models.epic import SINGLETON_NAME
+from tollgate.models.epic import SYSTEM_NAMESPACE as EPIC_NAMESPACE
+from tollgate.models.epic import VERSION as EPIC_VERSION
 from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
 from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
 from tollgate.routedip.providers.job import CLASS_LABEL
-from tollgate.testing import objects
+from tollgate.testing import agents, objects
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -49,14 +63,23 @@ from tollgate.testing.objects import (
 )
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
+from tollgate.testing.xds import xds_settings
 from tollgate.webhook.certs import generate
 from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
+from tollgate.xds.resources import LISTENER
 
 TENANT_LABEL = "adversarial.tollgate.io/tenant"
 ADMITTED_WHILE_DOWN = "adversarial.tollgate.io/admitted-while-webhook-down"
 SYSTEM_NAMESPACE = "tollgate-system"
 TOKEN_SECRET = "digitalocean-token"
+# An Envoy pod of the victim's (KWOK runs nothing for it: it only needs to exist, labelled, with an IP).
+VICTIM_ENVOY: Obj = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "victim-envoy", "labels": {ENVOY_PROXY_LABEL: "true", "app": "edge"}},
+    "spec": {"containers": [{"name": "envoy", "image": "envoyproxy/envoy:v1.36.0"}]},
+}
 
 
 @dataclass
@@ -70,8 +93,27 @@ class System:
     victim: str
     webhook_port: int
     webhook_certs: Path
+    grpc_address: str
+    allocator_ca: Path
+    xds_port: int
+    tokens: dict[str, str] = field(default_factory=dict)  # account -> its agent's token
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    tenant_label: str = ""
+
+    def agent(self, namespace: str, token: str | None = None, tls: bool = True) -> AllocatorClient:
+        """A registration API client with the token of `namespace`'s account (or `token`), over TLS."""
+        credentials = agents.channel_credentials(self.allocator_ca) if tls else None
+        token = self.tokens[account_of(namespace)] if token is None else token
+        return AllocatorClient(self.grpc_address, token, credentials, timeout=15)
+
+    def remote_endpoints(self) -> set[tuple[str, str]]:
+        """(namespace, address) of every RemoteEndpoint in both accounts."""
+        found = set()
+        for namespace in (self.attacker, self.victim):
+            listing = self.custom.list_namespaced_custom_object(EPIC_GROUP, EPIC_VERSION, namespace, "remoteendpoints")
+            found |= {(namespace, str(item["spec"]["address"])) for item in listing["items"]}
+        return found
 
     def create(self, obj: Obj, bypass_webhook: bool = False) -> Obj:
         obj = json.loads(json.dumps(obj))
@@ -99,6 +141,10 @@ class System:
             return 0  # the server closed the connection before answering: fine for an oversized body
         finally:
             connection.close()
+
+
+def account_of(namespace: str) -> str:
+    return namespace.removeprefix("epic-")
 
 
 def epicctl(kubeconfig: Path, *args: str) -> None:
@@ -149,6 +195,9 @@ def system(
         namespace_selector={"matchLabels": {TENANT_LABEL: label}},
         object_selector={"matchExpressions": [{"key": ADMITTED_WHILE_DOWN, "operator": "DoesNotExist"}]},
     )
+    allocator_ca = agents.certificates(tmp_path_factory.mktemp("allocator-tls"))
+    grpc_address = f"127.0.0.1:{free_port()}"
+    xds_env = xds_settings()
     services = {
         "webhook": run_module_service(
             "webhook",
@@ -164,11 +213,13 @@ def system(
             "allocator",
             rbac=True,
             env={
-                "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{free_port()}",
+                "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": grpc_address,
+                "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(allocator_ca.parent),
                 "TOLLGATE_ALLOCATOR_XDS_ADDRESS": "127.0.0.1:18000",
                 "TOLLGATE_ALLOCATOR_GUE_ADDRESS": "192.168.1.40",
             },
         ),
+        "xds": run_module_service("xds", rbac=True, env=xds_env),
         "routedip": run_module_service(
             "routedip", rbac=True, env={"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": SYSTEM_NAMESPACE}
         ),
@@ -184,8 +235,13 @@ def system(
         victim,
         port,
         certs,
+        grpc_address,
+        allocator_ca,
+        int(xds_env["TOLLGATE_XDS_GRPC_PORT"]),
+        {account_of(ns): agents.mint(core, account_of(ns)) for ns in (attacker, victim)},
         services,
         {name: service.process.pid for name, service in services.items() if service.process is not None},
+        tenant_label=label,
     )
     try:
         probe = load_balancer(attacker, "probe", {"public-ports": [{"port": ADMIN_PORT}]})
@@ -194,6 +250,13 @@ def system(
             "the webhook configurations to be in force",
             timeout=30,
             ignore=(AssertionError,),
+        )
+        system.create(load_balancer(attacker, "web", {"service-group": "web", "public-address": "192.168.77.60"}))
+        core.create_namespaced_pod(victim, VICTIM_ENVOY)  # type: ignore[arg-type]
+        wait_for(
+            lambda: core.read_namespaced_pod(VICTIM_ENVOY["metadata"]["name"], victim).status.pod_ip,
+            "the victim's Envoy pod to get an IP",
+            timeout=60,
         )
         yield system
     finally:
@@ -243,8 +306,10 @@ class ObjectCase:
 
 
 def no_deployment(system: System, obj: Obj) -> list[str]:
+    """No Envoy Deployment for this load balancer (`<name>-envoy`; the account's other load balancers have theirs)."""
     deployments = client.AppsV1Api(system.core.api_client).list_namespaced_deployment(obj["metadata"]["namespace"])
-    return [f"Deployment {d.metadata.name} was created" for d in deployments.items]
+    mine = [d for d in deployments.items if d.metadata.name.startswith(obj["metadata"]["name"])]
+    return [f"Deployment {d.metadata.name} was created" for d in mine]
 
 
 def no_finalizer(system: System, obj: Obj) -> list[str]:
@@ -454,6 +519,200 @@ def test_admitted_while_the_webhook_was_down_the_service_parks_it_and_does_nothi
 )
 def test_hostile_bodies_at_the_webhooks_own_port_get_a_4xx(system: System, case: str, body: bytes, status: int) -> None:
     assert system.webhook_post("/validate/epic.acnodal.io/v1/loadbalancers", body) == status
+
+
+# ---- the registration API: calls an agent could make ----
+
+
+@dataclass(frozen=True)
+class CallCase:
+    id: str
+    finding: str
+    call: Callable[[System], Awaitable[Any]]
+    code: grpc.StatusCode
+    says: str  # the status details contain this (the field and the rule)
+
+
+def as_attacker(
+    method: str, *args: Any, token: str | None = None, tls: bool = True, **kwargs: Any
+) -> Callable[[System], Awaitable[Any]]:
+    """The call `method(*args)` with the attacker's token (or `token`); an argument "VICTIM" or "ATTACKER" is that
+    account's name."""
+
+    async def call(system: System) -> Any:
+        names = {"VICTIM": account_of(system.victim), "ATTACKER": account_of(system.attacker)}
+        async with system.agent(system.attacker, token, tls) as api:
+            return await getattr(api, method)(*(names.get(a, a) if isinstance(a, str) else a for a in args), **kwargs)
+
+    return call
+
+
+REGISTER = ("register", "ATTACKER", "web")
+CALL_CASES = [
+    CallCase(
+        "no-token",
+        "the registration API is open to whoever reaches it",
+        as_attacker("tunnels", "ATTACKER", token=""),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "authorization: a valid bearer token is required",
+    ),
+    CallCase(
+        "forged-token",
+        "a guessed token",
+        as_attacker("tunnels", "ATTACKER", token="x" * 43),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "authorization: a valid bearer token is required",
+    ),
+    CallCase(
+        "register-in-another-account",
+        "one shared token lets any agent register endpoints in every account",
+        as_attacker("register", "VICTIM", "web", "127.77.40.1", 80),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "is not the token's account",
+    ),
+    CallCase(
+        "unregister-in-another-account",
+        "any agent can remove another account's endpoints",
+        as_attacker("unregister", "VICTIM", "web", "127.77.40.1"),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "is not the token's account",
+    ),
+    CallCase(
+        "list-another-accounts-tunnels",
+        "any agent can read another account's endpoints and tunnels",
+        as_attacker("tunnels", "VICTIM"),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "is not the token's account",
+    ),
+    CallCase(
+        "list-every-account",
+        "ListTunnels with an empty account lists every account",
+        as_attacker("tunnels", ""),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "account: required",
+    ),
+    CallCase(
+        "register-the-metadata-address",
+        "an endpoint at the cloud metadata address becomes an upstream behind a public listener",
+        as_attacker(*REGISTER, "169.254.169.254", 80),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "address: 169.254.169.254 is a link-local address",
+    ),
+    CallCase(
+        "register-loopback",
+        "an endpoint at 127.0.0.1 reaches the Envoy host's own services",
+        as_attacker(*REGISTER, "127.0.0.1", 80),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "address: 127.0.0.1 is a loopback address",
+    ),
+    CallCase(
+        "register-a-pod-address",
+        "an endpoint at a pod of the cluster reaches inside it",
+        as_attacker(*REGISTER, "127.1.3.4", 80),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "address: 127.1.3.4 is in 127.1.0.0/16, a denied range",
+    ),
+    CallCase(
+        "register-a-loopback-node",
+        "a node address on loopback tunnels to the Envoy's own host",
+        as_attacker(*REGISTER, "127.77.40.2", 80, node_address="127.0.0.1"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "node_address: 127.0.0.1 is a loopback address",
+    ),
+    CallCase(
+        "oversized-request",
+        "no limit on message size",
+        as_attacker(*REGISTER, "127.77.40.3", 80, port_name="x" * 70_000),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "",
+    ),
+    CallCase(
+        "plaintext",
+        "the registration API speaks cleartext: tokens readable on the wire",
+        as_attacker("tunnels", "ATTACKER", tls=False),
+        grpc.StatusCode.UNAVAILABLE,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CALL_CASES, ids=lambda case: case.id)
+async def test_registration_calls_beyond_the_callers_own_account_are_refused_and_write_nothing(
+    system: System, case: CallCase
+) -> None:
+    before = system.remote_endpoints()
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await case.call(system)
+    assert raised.value.code() == case.code, raised.value.details()
+    assert case.says in (raised.value.details() or ""), raised.value.details()
+    assert system.remote_endpoints() == before, "a refused call wrote a RemoteEndpoint"
+
+
+async def test_the_attackers_own_registration_still_works(system: System) -> None:
+    """The control case: the refusals above are about whose and what, not a broken API."""
+    async with system.agent(system.attacker) as api:
+        response = await api.register(account_of(system.attacker), "web", "127.77.40.9", 80)
+        assert response.tunnel.remote_endpoint == "web-127-77-40-9-80-tcp"
+        assert (await api.unregister(account_of(system.attacker), "web", "127.77.40.9")).removed == 1
+
+
+# ---- xDS: a client claiming to be an Envoy pod it is not ----
+
+
+async def ads_stream(port: int, node_id: str) -> tuple[grpc.StatusCode, str, int]:
+    """Open ADS from this process (127.0.0.1) as `node_id`, ask for listeners: (status, details, responses)."""
+    request = discovery_pb2.DiscoveryRequest(node=base_pb2.Node(id=node_id, cluster="edge"), type_url=LISTENER)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        responses = 0
+        requests: asyncio.Queue[discovery_pb2.DiscoveryRequest | None] = asyncio.Queue()
+        await requests.put(request)
+
+        async def send() -> Any:
+            while (item := await requests.get()) is not None:
+                yield item
+
+        try:
+            async for _ in stub.StreamAggregatedResources(send(), timeout=20):
+                responses += 1
+                await requests.put(None)
+        except grpc.aio.AioRpcError as error:
+            return error.code(), error.details() or "", responses
+    return grpc.StatusCode.OK, "", responses
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "says"),
+    [
+        ("claims-another-tenants-envoy-pod", VICTIM_ENVOY["metadata"]["name"], "the connection comes from"),
+        ("claims-a-pod-that-does-not-exist", "ghost", ": no pod "),
+    ],
+)
+async def test_an_ads_client_claiming_a_pod_it_is_not_gets_nothing(
+    system: System, case: str, pod: str, says: str
+) -> None:
+    code, details, responses = await ads_stream(system.xds_port, f"{pod}.{system.victim}")
+    assert (code, responses) == (grpc.StatusCode.PERMISSION_DENIED, 0), (code, details, responses)
+    assert says in details, details
+
+
+# ---- the EPIC singleton ----
+
+
+def test_the_epic_singleton_cannot_be_deleted_while_load_balancers_use_it(system: System) -> None:
+    """Deleting the EPIC (the tunnel IDs' record) while load balancers exist would hand their IDs out again. The
+    delete is a dry run: were it allowed, nothing is lost. The module's webhook judges the epic namespace for it."""
+    system.cluster.kubectl("label", "namespace", EPIC_NAMESPACE, f"{TENANT_LABEL}={system.tenant_label}", "--overwrite")
+    try:
+        with pytest.raises(client.ApiException) as raised:
+            system.custom.delete_namespaced_custom_object(
+                EPIC_GROUP, EPIC_VERSION, EPIC_NAMESPACE, "epics", SINGLETON_NAME, dry_run="All"
+            )
+    finally:
+        system.cluster.kubectl("label", "namespace", EPIC_NAMESPACE, f"{TENANT_LABEL}-")
+    message = str(json.loads(raised.value.body or "{}").get("message"))
+    assert "failed calling webhook" not in message, message
+    assert f"the EPIC singleton {EPIC_NAMESPACE}/{SINGLETON_NAME} is in use by" in message, message
 
 
 def test_no_service_crashed_or_logged_a_traceback(system: System) -> None:

@@ -9,7 +9,6 @@ The services run with the dev policy (tollgate.testing.cluster): the embedded cl
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from kubernetes import client
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP, VERSION
+from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.fixtures import ServiceFactory
@@ -167,18 +167,15 @@ def test_refused_at_admission_naming_the_field_and_narrowed_by_the_account(
     assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints")["items"] == []
 
 
-def allocator(run_service: ServiceFactory, **env: str) -> tuple[ServiceProcess, int]:
+def allocator(run_service: ServiceFactory, ca_file: Path, **env: str) -> tuple[ServiceProcess, int]:
+    """The allocator over TLS (its certificate's CA in `ca_file`), under its chart's RBAC."""
     port = free_port()
     settings = {
         "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{port}",
+        "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
         "TOLLGATE_ALLOCATOR_GUE_ADDRESS": "192.168.1.40",
     }
     return run_service("allocator", rbac=True, env=settings | env), port
-
-
-def token(core: client.CoreV1Api) -> str:
-    secret = core.read_namespaced_secret("tollgate-allocator-grpc-token", "epic")
-    return base64.b64decode(secret.data["token"]).decode()
 
 
 def load_balancer(namespace: str) -> Obj:
@@ -197,12 +194,15 @@ async def test_the_registration_api_refuses_with_invalid_argument_and_leaves_not
     custom: client.CustomObjectsApi,
     run_service: ServiceFactory,
     tenant: str,
+    tmp_path: Path,
 ) -> None:
     namespace = f"epic-{tenant}"
-    _, port = allocator(run_service)
+    ca_file = agents.certificates(tmp_path / "allocator-tls")
+    _, port = allocator(run_service, ca_file)
     create(custom, load_balancer(namespace))
     remote = spare_loopback()
-    async with AllocatorClient(f"127.0.0.1:{port}", token(core)) as api:
+    agent = agents.Agent.mint(core, tenant, ca_file)
+    async with AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) as api:
         for field, value, rule in REFUSED:
             address, node = (value, remote) if field == "address" else (remote, value)
             with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -254,11 +254,13 @@ async def test_an_endpoint_admitted_while_the_webhook_was_down_is_parked_and_not
     run_service: ServiceFactory,
     supervisor: ServiceProcess,
     tenant: str,
+    tmp_path: Path,
 ) -> None:
     namespace = f"epic-{tenant}"
     xds_env = xds_settings()
     start_xds(run_service, xds_env)
-    allocator(run_service, TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}")
+    ca_file = agents.certificates(tmp_path / "allocator-tls")
+    allocator(run_service, ca_file, TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}")
     good, node = spare_loopback(), spare_loopback()
     async with UDPEcho(good, 5353, name="good"):
         create(custom, load_balancer(namespace))
