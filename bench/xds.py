@@ -26,10 +26,13 @@ import asyncio
 import base64
 import contextlib
 import copy
+import os
+import signal
 import statistics
 import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,8 +191,30 @@ def summary(
     return Result(path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss)
 
 
+@contextlib.contextmanager
+def profiled(svg: Path | None) -> Iterator[None]:
+    """py-spy samples this process (without stopping it) into a flame graph at `svg`, if given."""
+    if svg is None:
+        yield
+        return
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--rate", "250"]
+    spy = subprocess.Popen([*command, "--pid", str(os.getpid()), "--output", str(svg)])
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+
+
 async def measure_tollgate(
-    path: str, envoy_count: int, listener_count: int, changes: int, log_dir: Path, debounce: float
+    path: str,
+    envoy_count: int,
+    listener_count: int,
+    changes: int,
+    log_dir: Path,
+    debounce: float,
+    profile: Path | None = None,
 ) -> Result:
     delta = path == "tollgate delta"
     server = XdsServer(debounce=debounce, stream_class=FullResend if path == BASELINE else Stream)
@@ -217,14 +242,15 @@ async def measure_tollgate(
             samples: list[float] = []
             server.on_converged.append(samples.append)
             cpu_before = time.process_time()
-            for change in range(changes):
-                server.world.set_virtual_service(copy.deepcopy(virtual_service(change % vs_count, 1000 + change)))
-                server.changed()
+            with profiled(profile):
+                for change in range(changes):
+                    server.world.set_virtual_service(copy.deepcopy(virtual_service(change % vs_count, 1000 + change)))
+                    server.changed()
 
-                async def converged(want: int = change + 1) -> bool:
-                    return len(samples) >= want
+                    async def converged(want: int = change + 1) -> bool:
+                        return len(samples) >= want
 
-                await eventually(converged, f"every Envoy ACKing change {change + 1}", timeout=120, interval=0.005)
+                    await eventually(converged, f"every Envoy ACKing change {change + 1}", timeout=120, interval=0.005)
             cpu = time.process_time() - cpu_before
             await check(running, changes - 1, vs_count)
             return summary(path, envoy_count, listener_count, initial, samples, cpu, rss_mib())
@@ -362,6 +388,12 @@ async def main() -> None:
         "which is fed each change directly",
     )
     parser.add_argument("--log-dir", type=Path, default=Path(".dev/bench-xds"))
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="SVG",
+        help="py-spy flame graph of tollgate's server during the changes (one tollgate path and row: each overwrites)",
+    )
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, BASELINE])
     args = parser.parse_args()
     if args.quick:
@@ -374,7 +406,13 @@ async def main() -> None:
                     result = await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
                 else:
                     result = await measure_tollgate(
-                        path, envoy_count, listener_count, args.changes, args.log_dir, args.debounce_ms / 1000
+                        path,
+                        envoy_count,
+                        listener_count,
+                        args.changes,
+                        args.log_dir,
+                        args.debounce_ms / 1000,
+                        args.profile,
                     )
                 print(
                     f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
