@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import sys
@@ -42,12 +41,12 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes import client, config
 
+from bench import gobuild
 from bench.measure import cpu_seconds, percentile
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
-from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.certs import generate
 from tollgate.webhook.k8s import register, unregister
@@ -203,8 +202,7 @@ class Bench:
                 "TOLLGATE_WEBHOOK_LOG_LEVEL": "WARNING",
             },
         )
-        self.floor_binary = workdir / "floor"
-        self.floor_command = [str(self.floor_binary), f"127.0.0.1:{floor_port}", str(tls)]
+        self.floor_arguments = [f"127.0.0.1:{floor_port}", str(tls)]
         self.floor: subprocess.Popen[bytes] | None = None
         tollgate = Registration(
             ca_bundle=bundle.ca,
@@ -217,12 +215,7 @@ class Bench:
         self.namespaces: list[str] = []
 
     def start(self) -> None:
-        go = shutil.which("go")
-        if go is None:
-            raise SystemExit("bench/webhook.py builds its floor webhook (bench/floor) with Go, which is not on PATH")
-        source = repo_root() / "bench" / "floor" / "main.go"
-        subprocess.run([go, "build", "-o", str(self.floor_binary), str(source)], check=True)
-        self.floor = subprocess.Popen(self.floor_command)
+        self.floor = subprocess.Popen([str(gobuild.build("floor")), *self.floor_arguments])
         self.process.start().wait_ready()
 
     def namespace(self) -> str:

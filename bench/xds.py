@@ -1,15 +1,19 @@
-"""Benchmark of tollgate-xds: convergence time, CPU and memory with E real Envoys and L listeners.
+"""tollgate-xds against go-control-plane: convergence time, CPU and memory with E real Envoys and L listeners.
 
-The server runs in this process (world, ADS over gRPC on loopback) and E real Envoy processes connect to it,
-each with its own loopback address for its listeners. VirtualServices of 10 UDP listeners each (EDS clusters)
-select every Envoy. After the initial sync, one VirtualService at a time changes (a listener's port and its
-endpoint's port) and the time from the change to every Envoy having ACKed it is measured.
+E real Envoy processes connect to the server under test, each with its own loopback address for its listeners.
+VirtualServices of 10 UDP listeners each (EDS clusters) select every Envoy. After the initial sync, one
+VirtualService at a time changes (a listener's port and its endpoint's port) and the time from the change reaching
+the server to every Envoy having ACKed it is measured, with the server's CPU per change and its RSS.
 
-Two paths in the same run:
-- incremental: delta xDS, only what changed is sent (the service's path);
-- full resend (baseline): state-of-the-world, every resource of every type sent again on each change.
+Four paths in the same run, the same Envoys, resources and changes:
+- tollgate delta: the service's server (in this process), delta xDS, only what changed is sent;
+- tollgate SotW: the same server, Envoys on state-of-the-world ADS (every resource of a changed type is sent);
+- go-control-plane SotW and delta: bench/gcp, go-control-plane v0.14.0 (SnapshotCache over ADS; a LinearCache per
+  type behind a MuxCache for delta) serving the resources tollgate's translator builds, fed each change through
+  its control API. The translation runs in this process and is not counted as its CPU.
+Optional: "tollgate full resend", every resource of every type sent again on each change (the old baseline).
 
-    .venv/bin/python -m bench.xds                 # E in (1, 10), L in (10, 1000): about two minutes
+    .venv/bin/python -m bench.xds --quick                 # 1 Envoy x 10 listeners, a few changes: seconds
     .venv/bin/python -m bench.xds --envoys 1 10 50 --listeners 10 1000
 
 (As a module: run as a script, this file would shadow the `xds` package of xds-protos.)
@@ -19,30 +23,44 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import copy
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
+from bench import gobuild
 from bench.measure import rss_mib
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod, envoy_pod_object
 from tollgate.testing.net import free_port
+from tollgate.testing.wait import eventually
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService
-from tollgate.xds.resources import Resources
+from tollgate.xds.identity import Identity
+from tollgate.xds.resources import CLUSTER, ENDPOINT, LISTENER, Resources
 from tollgate.xds.server import XdsServer
 from tollgate.xds.streams import Stream
 
 NAMESPACE = "bench"
 LISTENERS_PER_VS = 10
 BASE_PORT = 20000
+PATHS = ("tollgate delta", "tollgate SotW", "go-control-plane SotW", "go-control-plane delta")
+BASELINE = "tollgate full resend"
+# What go-control-plane's resources are serialised on: bench/gcp binds each listener to its Envoy's address.
+ANY_ADDRESS = "0.0.0.0"
+GCP_FIELDS = {LISTENER: "listeners", CLUSTER: "clusters", ENDPOINT: "endpoints"}
 
 
 class FullResend(Stream):
@@ -97,15 +115,18 @@ def virtual_service(index: int, shift: int = 0) -> dict[str, Any]:
 
 @dataclass
 class Result:
-    mode: str
+    path: str
     envoys: int
     listeners: int
     initial_sync: float
     p50: float
     p99: float
     cpu_per_change: float
-    responses_per_change: float
     rss_mb: float
+
+
+def node_id(index: int) -> str:
+    return f"envoy-{index}.{NAMESPACE}"
 
 
 def envoy_address(index: int) -> str:
@@ -123,13 +144,13 @@ async def envoys(count: int, port: int, delta: bool, log_dir: Path) -> AsyncIter
                 address = envoy_address(index)
                 bootstrap = bind_to_pod(ads_bootstrap("127.0.0.1", port, delta=delta), address)
                 bootstrap["node"] = {
-                    "id": f"envoy-{index}.{NAMESPACE}",
+                    "id": node_id(index),
                     "cluster": NAMESPACE,
                     "metadata": {LISTENER_ADDRESS_KEY: address},
                 }
                 envoy = EnvoyProcess(
                     bootstrap,
-                    admin_host=address,
+                    admin_host=envoy_address(index),
                     log_level="warning",
                     log_path=log_dir / f"envoy-{index}.log",
                     extra_args=["--concurrency", "1"],
@@ -142,17 +163,57 @@ async def envoys(count: int, port: int, delta: bool, log_dir: Path) -> AsyncIter
         await asyncio.gather(*(envoy.stop() for envoy in started), return_exceptions=True)
 
 
-async def wait_until(condition: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the Envoys did not converge")
-        await asyncio.sleep(0.005)
+async def check(started: list[EnvoyProcess], change: int, vs_count: int) -> None:
+    """What a user would check after the run: the first and last Envoy run the last change (the listener on the
+    Envoy's own address at its new port, the cluster's endpoint at its new port)."""
+    target, shift = change % vs_count, 1000 + change
+    prefix = f"{NAMESPACE}/vs{target}/vs{target}"
+    for index in sorted({0, len(started) - 1}):
+        envoy = started[index]
+        bound = {s["name"]: s["local_address"]["socket_address"] for s in await envoy.listeners()}
+        socket = bound.get(f"{prefix}-l0", {})
+        want = (envoy_address(index), BASE_PORT + target * LISTENERS_PER_VS + shift)
+        if (socket.get("address"), socket.get("port_value")) != want:
+            raise RuntimeError(f"Envoy {index}: listener {prefix}-l0 is on {socket}, not {want}")
+        endpoint = f"{prefix}-c0::127.0.0.1:{9000 + shift}::"
+        if endpoint not in await envoy.clusters():
+            raise RuntimeError(f"Envoy {index}: cluster {prefix}-c0 has no endpoint 127.0.0.1:{9000 + shift}")
 
 
-async def measure(mode: str, envoy_count: int, listener_count: int, changes: int, log_dir: Path) -> Result:
-    delta = mode == "incremental"
-    server = XdsServer(stream_class=Stream if delta else FullResend)
+def summary(
+    path: str, envoy_count: int, listener_count: int, initial: float, samples: list[float], cpu: float, rss: float
+) -> Result:
+    quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
+    return Result(path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss)
+
+
+@contextlib.contextmanager
+def profiled(svg: Path | None) -> Iterator[None]:
+    """py-spy samples this process (without stopping it) into a flame graph at `svg`, if given."""
+    if svg is None:
+        yield
+        return
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--rate", "250"]
+    spy = subprocess.Popen([*command, "--pid", str(os.getpid()), "--output", str(svg)])
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+
+
+async def measure_tollgate(
+    path: str,
+    envoy_count: int,
+    listener_count: int,
+    changes: int,
+    log_dir: Path,
+    debounce: float,
+    profile: Path | None = None,
+) -> Result:
+    delta = path == "tollgate delta"
+    server = XdsServer(debounce=debounce, stream_class=FullResend if path == BASELINE else Stream)
     grpc_server = grpc.aio.server()
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(AggregatedDiscoveryService(server), grpc_server)
     port = free_port()
@@ -167,62 +228,147 @@ async def measure(mode: str, envoy_count: int, listener_count: int, changes: int
         server.world.set_pod(envoy_pod_object(f"envoy-{index}", NAMESPACE, envoy_address(index), {"app": "bench"}))
     server.recompute()
 
-    def all_synced() -> bool:
+    async def all_synced() -> bool:
         conns = list(server.connections.values())
         return len(conns) == envoy_count and all(c.stream.in_sync() for c in conns)
 
     try:
         started = time.monotonic()
-        async with envoys(envoy_count, port, delta, log_dir / f"{mode}-{envoy_count}-{listener_count}"):
-            await wait_until(all_synced, 600)
+        async with envoys(envoy_count, port, delta, log_dir / f"{path}-{envoy_count}-{listener_count}") as running:
+            await eventually(all_synced, "every Envoy in sync", timeout=600, interval=0.005)
             initial = time.monotonic() - started
             samples: list[float] = []
             server.on_converged.append(samples.append)
-            pushes_before = sum(s.pushes for c in server.connections.values() for s in c.stream.types.values())
             cpu_before = time.process_time()
-            for change in range(changes):
-                target = change % vs_count
-                obj = copy.deepcopy(virtual_service(target, shift=1000 + change))
-                server.world.set_virtual_service(obj)
-                server.changed()
-                await wait_until(lambda want=change + 1: len(samples) >= want, 120)
+            with profiled(profile):
+                for change in range(changes):
+                    server.world.set_virtual_service(copy.deepcopy(virtual_service(change % vs_count, 1000 + change)))
+                    server.changed()
+
+                    async def converged(want: int = change + 1) -> bool:
+                        return len(samples) >= want
+
+                    await eventually(converged, f"every Envoy ACKing change {change + 1}", timeout=120, interval=0.005)
             cpu = time.process_time() - cpu_before
-            pushes = sum(s.pushes for c in server.connections.values() for s in c.stream.types.values()) - pushes_before
-            quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
-            return Result(
-                mode=mode,
-                envoys=envoy_count,
-                listeners=listener_count,
-                initial_sync=initial,
-                p50=quantiles[49],
-                p99=quantiles[98],
-                cpu_per_change=cpu / changes,
-                responses_per_change=pushes / changes,
-                rss_mb=rss_mib(),
-            )
+            await check(running, changes - 1, vs_count)
+            return summary(path, envoy_count, listener_count, initial, samples, cpu, rss_mib())
     finally:
         stop.set()
         await runner
         await grpc_server.stop(0)
 
 
+class Translation:
+    """The workload as tollgate translates it, for another server: the resources of one Envoy whose listeners are
+    on ANY_ADDRESS, and after each change the resources whose version changed."""
+
+    def __init__(self, vs_count: int) -> None:
+        self.server = XdsServer()
+        for index in range(vs_count):
+            self.server.world.set_virtual_service(virtual_service(index))
+        self.server.recompute()
+        self.conn = self.server.connect(Identity(node_id(0), NAMESPACE, "envoy-0", (("app", "bench"),)), delta=True)
+
+    def resources(self) -> Resources:
+        return self.conn.stream.desired
+
+    def change(self, obj: dict[str, Any]) -> Resources:
+        before = {type_url: dict(resources) for type_url, resources in self.resources().items()}
+        self.server.world.set_virtual_service(obj)
+        self.server.recompute()
+        return {
+            type_url: {
+                name: r
+                for name, r in resources.items()
+                if (old := before[type_url].get(name)) is None or old.version != r.version
+            }
+            for type_url, resources in self.resources().items()
+        }
+
+
+def gcp_payload(resources: Resources) -> dict[str, list[str]]:
+    """bench/gcp's body: each resource's serialised message in base64, by type."""
+    return {
+        GCP_FIELDS[type_url]: [base64.b64encode(r.body.value).decode() for r in by_name.values() if r.body is not None]
+        for type_url, by_name in resources.items()
+    }
+
+
+def start_gcp(mode: str, xds_port: int, control_port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """bench/gcp (built once into the tools cache), its output in `log_path`."""
+    command = [str(gobuild.build("gcp")), "-mode", mode]
+    command += ["-xds", f"127.0.0.1:{xds_port}", "-control", f"127.0.0.1:{control_port}"]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
+async def measure_gcp(path: str, envoy_count: int, listener_count: int, changes: int, log_dir: Path) -> Result:
+    mode = "delta" if path.endswith("delta") else "sotw"
+    vs_count = max(1, listener_count // LISTENERS_PER_VS)
+    translation = Translation(vs_count)
+    xds_port, control_port = free_port(), free_port()
+    process = start_gcp(mode, xds_port, control_port, log_dir / f"{path}-{envoy_count}-{listener_count}.log")
+    base = f"http://127.0.0.1:{control_port}"
+    timeout = aiohttp.ClientTimeout(total=900)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+
+            async def call(method: str, route: str, body: object = None) -> dict[str, float]:
+                async with http.request(method, base + route, json=body) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"bench/gcp {method} {route}: {response.status} {await response.text()}")
+                    answer: dict[str, float] = await response.json()
+                    return answer
+
+            async def stats() -> dict[str, float]:
+                return await call("GET", "/stats")
+
+            await eventually(stats, "bench/gcp's control API", timeout=30, ignore=(aiohttp.ClientError,))
+            nodes = {node_id(index): envoy_address(index) for index in range(envoy_count)}
+            first = await call("PUT", "/resources", {"nodes": nodes, **gcp_payload(translation.resources())})
+            started = time.monotonic()
+            async with envoys(
+                envoy_count, xds_port, mode == "delta", log_dir / f"{path}-{envoy_count}-{listener_count}"
+            ) as running:
+                await call("GET", f"/converged?change={first['change']:.0f}&timeout=600")
+                initial = time.monotonic() - started
+                samples: list[float] = []
+                cpu_before = (await stats())["cpu_seconds"]
+                for change in range(changes):
+                    changed = translation.change(copy.deepcopy(virtual_service(change % vs_count, 1000 + change)))
+                    number = (await call("POST", "/change", gcp_payload(changed)))["change"]
+                    samples.append((await call("GET", f"/converged?change={number:.0f}&timeout=120"))["seconds"])
+                after = await stats()
+                cpu = after["cpu_seconds"] - cpu_before
+                await check(running, changes - 1, vs_count)
+                return summary(path, envoy_count, listener_count, initial, samples, cpu, after["rss_mib"])
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def table(results: list[Result]) -> str:
-    header = (
-        "| Envoys | listeners | path | initial sync s | p50 ms | p99 ms | CPU ms/change | responses/change "
-        "| RSS MB | p99 full/incr | CPU full/incr |"
+    """One row per Envoys x listeners, one group of columns per path: p50, p99, CPU per change and RSS."""
+    paths = list(dict.fromkeys(r.path for r in results))
+    header = "| Envoys x listeners | " + " | ".join(f"{p}: p50 / p99 ms, CPU ms/change, RSS MB" for p in paths) + " |"
+    lines = [header, "| --- |" + " --- |" * len(paths)]
+    by_key = {(r.envoys, r.listeners, r.path): r for r in results}
+    for envoy_count, listener_count in dict.fromkeys((r.envoys, r.listeners) for r in results):
+        cells = []
+        for p in paths:
+            r = by_key.get((envoy_count, listener_count, p))
+            cells.append(
+                ""
+                if r is None
+                else f"{r.p50 * 1000:.0f} / {r.p99 * 1000:.0f}, {r.cpu_per_change * 1000:.1f}, {r.rss_mb:.0f}"
+            )
+        lines.append(f"| {envoy_count} x {listener_count} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Initial sync, seconds: "
+        + "; ".join(f"{r.envoys}x{r.listeners} {r.path} {r.initial_sync:.1f}" for r in results)
     )
-    lines = [header, "|" + "---|" * 11]
-    by_key = {(r.envoys, r.listeners, r.mode): r for r in results}
-    for r in results:
-        base = by_key.get((r.envoys, r.listeners, "full resend"))
-        ratios = ("", "")
-        if r.mode == "incremental" and base is not None:
-            ratios = (f"{base.p99 / r.p99:.1f}x", f"{base.cpu_per_change / r.cpu_per_change:.1f}x")
-        lines.append(
-            f"| {r.envoys} | {r.listeners} | {r.mode} | {r.initial_sync:.1f} | {r.p50 * 1000:.0f} | {r.p99 * 1000:.0f} "
-            f"| {r.cpu_per_change * 1000:.1f} | {r.responses_per_change:.0f} | {r.rss_mb:.0f} "
-            f"| {ratios[0]} | {ratios[1]} |"
-        )
     return "\n".join(lines)
 
 
@@ -231,18 +377,45 @@ async def main() -> None:
     parser.add_argument("--envoys", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--listeners", type=int, nargs="+", default=[10, 1000])
     parser.add_argument("--changes", type=int, default=30, help="changes measured per configuration")
+    parser.add_argument("--quick", action="store_true", help="1 Envoy, 10 listeners, 5 changes")
+    parser.add_argument(
+        "--debounce-ms",
+        type=float,
+        default=0,
+        help="tollgate's debounce (the service's default is 50): 0 measures its server as go-control-plane's, "
+        "which is fed each change directly",
+    )
     parser.add_argument("--log-dir", type=Path, default=Path(".dev/bench-xds"))
     parser.add_argument(
-        "--paths", nargs="+", default=["full resend", "incremental"], choices=["full resend", "incremental"]
+        "--profile",
+        type=Path,
+        metavar="SVG",
+        help="py-spy flame graph of tollgate's server during the changes (one tollgate path and row: each overwrites)",
     )
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, BASELINE])
     args = parser.parse_args()
+    if args.quick:
+        args.envoys, args.listeners, args.changes = [1], [10], 5
     results = []
     for envoy_count in args.envoys:
         for listener_count in args.listeners:
-            for mode in args.paths:
-                result = await measure(mode, envoy_count, listener_count, args.changes, args.log_dir)
+            for path in args.paths:
+                if path.startswith("go-control-plane"):
+                    result = await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
+                else:
+                    result = await measure_tollgate(
+                        path,
+                        envoy_count,
+                        listener_count,
+                        args.changes,
+                        args.log_dir,
+                        args.debounce_ms / 1000,
+                        args.profile,
+                    )
                 print(
-                    f"{mode:>12}: {envoy_count} Envoys, {listener_count} listeners: p99 {result.p99 * 1000:.0f} ms",
+                    f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
+                    f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
+                    f"RSS {result.rss_mb:.0f} MB",
                     flush=True,
                 )
                 results.append(result)

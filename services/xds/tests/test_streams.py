@@ -177,6 +177,29 @@ def test_only_endpoints_change_when_pods_come_and_go() -> None:
     assert stream.in_sync()
 
 
+def test_in_sync_counts_the_load_assignments_the_envoy_subscribes_to_at_their_versions() -> None:
+    stream = Stream(delta=True)
+    stream.set_desired(want({"a": "1", "b": "1"}, {"l": "1"}, {"a": "1", "b": "1"}))
+    stream.on_delta_request(CLUSTER, "", [], [], {}, None)
+    stream.on_delta_request(ENDPOINT, "", ["a"], [], {"a": "1"}, None)
+    stream.on_delta_request(LISTENER, "", [], [], {"l": "1"}, None)
+    while (push := stream.next_push()) is not None:
+        assert not stream.in_sync(), "a response in flight"
+        stream.on_delta_request(push.type_url, push.nonce, [], [], {}, None)
+    assert stream.in_sync(), "a is ACKed at its version; b is not asked for"
+
+    stream.on_delta_request(ENDPOINT, "", ["b"], [], {}, None)
+    assert not stream.in_sync(), "b is asked for and not yet sent"
+    push = stream.next_push()
+    assert names(push) == (ENDPOINT, ["b"], [])
+    assert push is not None
+    stream.on_delta_request(ENDPOINT, push.nonce, [], [], {}, None)
+    assert stream.in_sync()
+
+    stream.set_desired(want({"a": "1", "b": "1"}, {"l": "1"}, {"a": "1", "b": "2"}))
+    assert not stream.in_sync(), "b changed and is not yet sent"
+
+
 def test_delta_resync_sends_only_what_differs_from_what_the_envoy_has() -> None:
     stream = Stream(delta=True)
     stream.set_desired(want({"c": "1"}, {"keep": "1", "change": "2"}))

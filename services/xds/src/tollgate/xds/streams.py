@@ -176,18 +176,23 @@ class Stream:
         return "Programmed"
 
     def in_sync(self) -> bool:
-        """Every type the Envoy asked for is ACKed at the desired content."""
+        """Every type the Envoy asked for is ACKed at the desired content.
+
+        Called after every ACK of every Envoy: a response in flight answers first, and the usual case (the Envoy
+        ACKed the very resource objects desired) is decided by C-level dict comparisons.
+        """
+        if any(state.pending is not None for state in self.types.values()):
+            return False
         for type_url, state in self.types.items():
             if not state.seen:
                 continue
-            if state.pending is not None:
-                return False
-            desired = self.target(type_url)
             if type_url == ENDPOINT:
-                desired = {n: r for n, r in desired.items() if state.subscribed(n)}
-                if any(state.acked.get(n) is None or state.acked[n].version != r.version for n, r in desired.items()):
+                wanted = self._endpoints_subscribed()
+                if wanted.items() <= state.acked.items():
+                    continue
+                if any(state.acked.get(n) is None or state.acked[n].version != r.version for n, r in wanted.items()):
                     return False
-            elif not _same(desired, state.acked):
+            elif not _same(self.target(type_url), state.acked):
                 return False
         return True
 
@@ -322,19 +327,26 @@ class Stream:
             return self._push(clusters, self.target(CLUSTER))
         return None
 
-    def _endpoints_wanted(self) -> dict[str, Resource]:
-        """The load assignments the Envoy asks for: desired ones, else the last sent (its cluster is going away)."""
-        state, desired = self.types[ENDPOINT], self.target(ENDPOINT)
+    def _endpoints_subscribed(self) -> dict[str, Resource]:
+        """The desired load assignments the Envoy subscribes to, computed again only when either changes."""
+        state = self.types[ENDPOINT]
         key = (self.generation[ENDPOINT], state.names_revision, state.wildcard, self._rejections)
         if key != self._endpoints_key:
+            desired = self.target(ENDPOINT)
             wanted = desired.keys() if state.wildcard else state.names
             self._endpoints_target = {name: desired[name] for name in wanted if name in desired}
             self._endpoints_key = key
+        return self._endpoints_target
+
+    def _endpoints_wanted(self) -> dict[str, Resource]:
+        """The load assignments the Envoy asks for: desired ones, else the last sent (its cluster is going away)."""
+        state, desired = self.types[ENDPOINT], self.target(ENDPOINT)
+        subscribed = self._endpoints_subscribed()
         missing = state.names - desired.keys()
         if not missing:
-            return self._endpoints_target
+            return subscribed
         kept = {name: state.sent[name] for name in missing if name in state.sent}
-        return {**self._endpoints_target, **kept}
+        return {**subscribed, **kept}
 
     def _push(self, state: TypeState, target: dict[str, Resource], partial: bool = False) -> Push | None:
         if not state.respond and not state.force and state.sent == target:
