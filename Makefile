@@ -54,7 +54,7 @@ charts: tools ## vendor the library chart into every service chart (offline: fil
 lint: sync ## ruff, mypy, and the crds/ drift check
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services tests bench
+	$(RUN) mypy libs services tests bench hack/chart_values.py hack/generated_files.py
 	$(RUN) --isolated --only-group ci mypy dagger/src
 	$(RUN) python -m tollgate.models crds --check
 	$(RUN) python hack/generated_files.py --check

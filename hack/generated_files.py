@@ -5,6 +5,7 @@
 - hack/Dockerfile.in          -> services/<name>/Dockerfile           (one image recipe, one file per service)
 - tollgate.webhook.registration -> deploy/charts/tollgate-webhook/files/webhooks.yaml (the chart's configurations)
 - tollgate.<service>.metrics  -> docs/operations.md, the metrics reference table between its markers
+- hack/chart_values.py        -> deploy/charts/<chart>/values.schema.json (and each chart's values.yaml must match)
 
 `--check` reports drift instead (make lint runs it).
 """
@@ -31,6 +32,11 @@ def wanted() -> dict[Path, str]:
     files[CHARTS / "tollgate-webhook" / "files" / "webhooks.yaml"] = webhook_configurations()
     operations = ROOT / "docs" / "operations.md"
     files[operations] = with_metrics_table(operations.read_text())
+    from chart_values import CHARTS as CHART_MODELS
+    from chart_values import schema_text
+
+    for chart, model in CHART_MODELS.items():
+        files[CHARTS / chart / "values.schema.json"] = schema_text(model)
     return files
 
 
@@ -80,6 +86,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
+    from chart_values import check_charts
+
+    if errors := check_charts(CHARTS):
+        print("\n".join(errors), file=sys.stderr)
+        return 1
     files = wanted()
     stale = {p for p in (CHARTS / "tollgate-crds" / "files").glob("*.yaml") if p not in files}
     changed = [p for p, text in files.items() if not p.exists() or p.read_text() != text]

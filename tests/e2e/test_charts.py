@@ -89,15 +89,20 @@ def test_crds_chart_installs_every_crd(cluster: EmbeddedCluster) -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "complaint"),
+    ("service", "values", "complaint"),
     [
-        ({"replicaCount": "two"}, "replicaCount"),
-        ({"image": {"repository": ""}}, "image"),
-        ({"logLevel": "LOUD"}, "logLevel"),
+        ("jobs", {"replicaCount": "two"}, "replicaCount"),
+        ("jobs", {"image": {"repository": ""}}, "image"),
+        ("jobs", {"logLevel": "LOUD"}, "logLevel"),
+        ("jobs", {"logLevle": "DEBUG"}, "logLevle"),
+        ("jobs", {"debugApi": {"service": True}}, "debugApi"),
+        ("allocator", {"certManager": {"enabled": "maybe"}}, "enabled"),
+        ("allocator", {"metrics": {"envoyPodMonitor": {"intervall": "10s"}}}, "intervall"),
+        ("xds", {"debugApi": {"port": 70000}}, "port"),
     ],
 )
-def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
-    chart = chart_dir("jobs")
+def test_values_schema_rejects_bad_values(service: str, values: dict[str, Any], complaint: str) -> None:
+    chart = chart_dir(service)
     result = helm("template", "x", str(chart), "-f", "-", stdin=yaml.safe_dump(values))
     assert result.returncode != 0
     assert complaint in result.stderr

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from types import ModuleType
 
-from tollgate.testing.tools import repo_root
+from tollgate.testing.tools import hack_script, repo_root
 
 ROOT = repo_root()
-
-
-def generated_files() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("generated_files", ROOT / "hack" / "generated_files.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_generated_files_are_up_to_date() -> None:
@@ -30,7 +20,7 @@ def test_generated_files_are_up_to_date() -> None:
 def test_the_metrics_table_lists_every_declared_metric_and_a_stale_one_is_rewritten() -> None:
     from tollgate.xds.metrics import NACKS
 
-    module = generated_files()
+    module = hack_script("generated_files")
     document = (ROOT / "docs" / "operations.md").read_text()
     assert f"| `{NACKS.exported}` | counter | 1 | `type`, `api` | {NACKS.help} |" in document
     stale = document.replace(f"`{NACKS.exported}`", "`xds_nacks_total`")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 
 class ToolsMissingError(RuntimeError):
@@ -18,6 +20,15 @@ def repo_root() -> Path:
             if (candidate / "hack" / "versions.env").is_file():
                 return candidate
     raise ToolsMissingError("cannot find hack/versions.env above the current directory")
+
+
+def hack_script(name: str) -> ModuleType:
+    """The repository's script hack/<name>.py, loaded as a module (hack/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, repo_root() / "hack" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def versions() -> dict[str, str]:
