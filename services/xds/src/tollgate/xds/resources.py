@@ -287,15 +287,27 @@ def unit_resources(
     owner: ir.SourceRef, unit: ir.Listener, address: str, dns: DNS
 ) -> tuple[Resource, list[tuple[Resource, Resource | None]]]:
     """Listener, and each cluster with (for EDS clusters) its load assignment, of one unit, cached by the unit."""
-    return listener_resource(owner, unit, address), [cluster_resources(owner, c, dns) for c in unit.clusters]
+    return listener_resource(owner, unit, address), cluster_resources_of(owner, unit, dns)
+
+
+# What a config's clusters depend on: its served sources (by identity) and its partial units.
+_SharedKey = tuple[tuple[int, ...], tuple[tuple[ir.SourceRef, ir.Listener], ...]]
 
 
 class ResourceCache:
-    """The resources of each source for each listener address, built again only when the source changes."""
+    """The resources of each source for each listener address, built again only when the source changes.
+
+    Clusters and load assignments do not depend on the listener address: every Envoy served the same sources
+    gets the very same cluster and endpoint dicts (built once per config), and only its listeners of its own.
+    """
 
     def __init__(self, dns: DNS) -> None:
         self.dns = dns
         self._built: dict[tuple[ir.SourceRef, str], tuple[ir.Source, Resources]] = {}
+        # By what they depend on (the served sources, by identity, and the partial units); the value keeps the
+        # sources alive, so that their ids stay theirs. Entries not used between two prunes are dropped.
+        self._shared: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
+        self._unused: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
 
     def source(self, source: ir.Source, address: str) -> Resources:
         cached = self._built.get((source.ref, address))
@@ -317,19 +329,45 @@ class ResourceCache:
 
     def proxy(self, config: ir.ProxyConfig, address: str) -> Resources:
         """Every resource one Envoy is served, by type URL and name."""
-        result: Resources = {CLUSTER: {}, ENDPOINT: {}, LISTENER: {}}
+        listeners: dict[str, Resource] = {}
         for source in config.served:
-            for type_url, built in self.source(source, address).items():
-                result[type_url].update(built)
+            listeners.update(self.source(source, address)[LISTENER])
         for owner, unit in config.partial:
-            self._add(result, owner, unit, address)
-        return result
+            listeners[unit.name] = listener_resource(owner, unit, address)
+        shared = self._clusters(config, address)
+        return {CLUSTER: shared[CLUSTER], ENDPOINT: shared[ENDPOINT], LISTENER: listeners}
+
+    def _clusters(self, config: ir.ProxyConfig, address: str) -> Resources:
+        """The clusters and load assignments of `config`, the same objects for every Envoy it is served to."""
+        key = (tuple(map(id, config.served)), config.partial)
+        entry = self._shared.get(key)
+        if entry is None:
+            entry = self._unused.pop(key, None)
+            if entry is None:
+                built: Resources = {CLUSTER: {}, ENDPOINT: {}}
+                for source in config.served:
+                    for type_url in (CLUSTER, ENDPOINT):
+                        built[type_url].update(self.source(source, address)[type_url])
+                for owner, unit in config.partial:
+                    for cluster_resource, endpoints in cluster_resources_of(owner, unit, self.dns):
+                        built[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
+                        if endpoints is not None:
+                            built[ENDPOINT].setdefault(endpoints.name, endpoints)
+                entry = (config.served, built)
+            self._shared[key] = entry
+        return entry[1]
 
     def prune(self, live: Iterable[ir.SourceRef]) -> None:
-        """Forget the sources that are gone."""
+        """Forget the sources that are gone, and the shared clusters no Envoy was given since the last prune."""
         keep = set(live)
         for key in [key for key in self._built if key[0] not in keep]:
             del self._built[key]
+        self._unused, self._shared = self._shared, {}
+
+
+def cluster_resources_of(owner: ir.SourceRef, unit: ir.Listener, dns: DNS) -> list[tuple[Resource, Resource | None]]:
+    """Each cluster of one unit with (for EDS clusters) its load assignment."""
+    return [cluster_resources(owner, c, dns) for c in unit.clusters]
 
 
 def proxy_resources(config: ir.ProxyConfig, address: str, dns: DNS) -> Resources:
