@@ -66,3 +66,14 @@ def test_envoys_with_the_same_sources_share_cluster_and_endpoint_dicts_and_keep_
     assert first.stream.desired[ENDPOINT] is second.stream.desired[ENDPOINT]
     assert bound(first) == {("127.0.0.2", 5000), ("127.0.0.2", 5002)}
     assert bound(second) == {("127.0.0.3", 5000), ("127.0.0.3", 5002)}
+
+
+def test_a_resource_keeps_its_message_serialised_and_packs_it_when_sent() -> None:
+    server = XdsServer(debounce=0)
+    server.world.set_virtual_service(virtual_service("a", 5000))
+    (conn,) = envoys(server, "127.0.0.2")
+    (listener,) = conn.stream.desired[LISTENER].values()
+    assert isinstance(listener.packed, bytes), "bytes, not a protobuf Any per resource"
+    body = listener.body
+    assert body is not None
+    assert (body.type_url, body.value) == (LISTENER, listener.packed)
