@@ -289,7 +289,7 @@ class Translation:
 def gcp_payload(resources: Resources) -> dict[str, list[str]]:
     """bench/gcp's body: each resource's serialised message in base64, by type."""
     return {
-        GCP_FIELDS[type_url]: [base64.b64encode(r.body.value).decode() for r in by_name.values() if r.body is not None]
+        GCP_FIELDS[type_url]: [base64.b64encode(r.packed).decode() for r in by_name.values() if r.packed is not None]
         for type_url, by_name in resources.items()
     }
 

@@ -212,3 +212,19 @@ def test_delta_resync_sends_only_what_differs_from_what_the_envoy_has() -> None:
     stream.on_delta_request(CLUSTER, cds.nonce, [], [], {}, None)
     stream.on_delta_request(LISTENER, "", [], [], {"keep": "1", "change": "1", "gone": "1"}, None)
     assert names(stream.next_push()) == (LISTENER, ["change"], ["gone"])
+
+
+def test_in_sync_follows_each_ack_after_a_change_and_ignores_the_order_of_names() -> None:
+    stream = Stream(delta=False)
+    stream.set_desired(want({"c": "1"}, {"a": "1", "b": "1"}))
+    connect_sotw(stream)
+
+    assert not stream.set_desired(want({"c": "1"}, {"b": "1", "a": "1"})), "the same content in another order"
+    assert stream.in_sync()
+    assert stream.set_desired(want({"c": "2"}, {"b": "1", "a": "2"}))
+    assert not stream.in_sync()
+    ack(stream, stream.next_push())
+    assert not stream.in_sync(), "the clusters are ACKed, the listeners not yet"
+    assert stream.in_sync() is False, "asked again, the same answer"
+    ack(stream, stream.next_push())
+    assert stream.in_sync()

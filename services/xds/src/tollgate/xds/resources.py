@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,12 +66,21 @@ class DNS:
 
 @dataclass(frozen=True)
 class Resource:
-    """One Envoy resource ready to send: its name, content hash (version), packed body and owner."""
+    """One Envoy resource ready to send: its name, content hash (version), serialised message and owner.
+
+    The message is kept as its bytes, packed into an `Any` only when sent: an `Any` per resource costs about
+    1 KB more than its bytes, and every Envoy has its own listeners (their address is the Envoy's)."""
 
     name: str
     version: str
-    body: any_pb2.Any | None
+    packed: bytes | None
     owner: ir.SourceRef | None = None
+    type_url: str = ""
+
+    @property
+    def body(self) -> any_pb2.Any | None:
+        """The message packed, as a response carries it."""
+        return None if self.packed is None else any_pb2.Any(type_url=self.type_url, value=self.packed)
 
 
 Resources = dict[str, dict[str, Resource]]
@@ -266,9 +276,9 @@ def cluster(model: ir.Cluster, dns: DNS) -> cluster_pb2.Cluster:
 
 
 def _resource(name: str, message: Message, owner: ir.SourceRef) -> Resource:
-    packed = _pack(message)
-    version = hashlib.blake2b(packed.value, digest_size=8).hexdigest()
-    return Resource(name, version, packed, owner)
+    packed = message.SerializeToString()  # what Any.Pack stores
+    version = hashlib.blake2b(packed, digest_size=8).hexdigest()
+    return Resource(name, version, packed, owner, sys.intern(f"type.googleapis.com/{message.DESCRIPTOR.full_name}"))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -287,15 +297,27 @@ def unit_resources(
     owner: ir.SourceRef, unit: ir.Listener, address: str, dns: DNS
 ) -> tuple[Resource, list[tuple[Resource, Resource | None]]]:
     """Listener, and each cluster with (for EDS clusters) its load assignment, of one unit, cached by the unit."""
-    return listener_resource(owner, unit, address), [cluster_resources(owner, c, dns) for c in unit.clusters]
+    return listener_resource(owner, unit, address), cluster_resources_of(owner, unit, dns)
+
+
+# What a config's clusters depend on: its served sources (by identity) and its partial units.
+_SharedKey = tuple[tuple[int, ...], tuple[tuple[ir.SourceRef, ir.Listener], ...]]
 
 
 class ResourceCache:
-    """The resources of each source for each listener address, built again only when the source changes."""
+    """The resources of each source for each listener address, built again only when the source changes.
+
+    Clusters and load assignments do not depend on the listener address: every Envoy served the same sources
+    gets the very same cluster and endpoint dicts (built once per config), and only its listeners of its own.
+    """
 
     def __init__(self, dns: DNS) -> None:
         self.dns = dns
         self._built: dict[tuple[ir.SourceRef, str], tuple[ir.Source, Resources]] = {}
+        # By what they depend on (the served sources, by identity, and the partial units); the value keeps the
+        # sources alive, so that their ids stay theirs. Entries not used between two prunes are dropped.
+        self._shared: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
+        self._unused: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
 
     def source(self, source: ir.Source, address: str) -> Resources:
         cached = self._built.get((source.ref, address))
@@ -317,19 +339,45 @@ class ResourceCache:
 
     def proxy(self, config: ir.ProxyConfig, address: str) -> Resources:
         """Every resource one Envoy is served, by type URL and name."""
-        result: Resources = {CLUSTER: {}, ENDPOINT: {}, LISTENER: {}}
+        listeners: dict[str, Resource] = {}
         for source in config.served:
-            for type_url, built in self.source(source, address).items():
-                result[type_url].update(built)
+            listeners.update(self.source(source, address)[LISTENER])
         for owner, unit in config.partial:
-            self._add(result, owner, unit, address)
-        return result
+            listeners[unit.name] = listener_resource(owner, unit, address)
+        shared = self._clusters(config, address)
+        return {CLUSTER: shared[CLUSTER], ENDPOINT: shared[ENDPOINT], LISTENER: listeners}
+
+    def _clusters(self, config: ir.ProxyConfig, address: str) -> Resources:
+        """The clusters and load assignments of `config`, the same objects for every Envoy it is served to."""
+        key = (tuple(map(id, config.served)), config.partial)
+        entry = self._shared.get(key)
+        if entry is None:
+            entry = self._unused.pop(key, None)
+            if entry is None:
+                built: Resources = {CLUSTER: {}, ENDPOINT: {}}
+                for source in config.served:
+                    for type_url in (CLUSTER, ENDPOINT):
+                        built[type_url].update(self.source(source, address)[type_url])
+                for owner, unit in config.partial:
+                    for cluster_resource, endpoints in cluster_resources_of(owner, unit, self.dns):
+                        built[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
+                        if endpoints is not None:
+                            built[ENDPOINT].setdefault(endpoints.name, endpoints)
+                entry = (config.served, built)
+            self._shared[key] = entry
+        return entry[1]
 
     def prune(self, live: Iterable[ir.SourceRef]) -> None:
-        """Forget the sources that are gone."""
+        """Forget the sources that are gone, and the shared clusters no Envoy was given since the last prune."""
         keep = set(live)
         for key in [key for key in self._built if key[0] not in keep]:
             del self._built[key]
+        self._unused, self._shared = self._shared, {}
+
+
+def cluster_resources_of(owner: ir.SourceRef, unit: ir.Listener, dns: DNS) -> list[tuple[Resource, Resource | None]]:
+    """Each cluster of one unit with (for EDS clusters) its load assignment."""
+    return [cluster_resources(owner, c, dns) for c in unit.clusters]
 
 
 def proxy_resources(config: ir.ProxyConfig, address: str, dns: DNS) -> Resources:

@@ -17,6 +17,7 @@ What makes it more than a cache:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -72,6 +73,7 @@ class TypeState:
     # What the Envoy holds once everything sent is ACKed, and what it has ACKed.
     sent: dict[str, Resource] = field(default_factory=dict)
     acked: dict[str, Resource] = field(default_factory=dict)
+    acked_revision: int = 0  # counts the changes of `acked`
     pending: Push | None = None
     last_nonce: str = ""
     sent_version: str = ""
@@ -87,9 +89,26 @@ class TypeState:
         return self.wildcard or name in self.names
 
 
+_version = operator.attrgetter("version")
+
+
+def _versions(resources: Mapping[str, Resource]) -> dict[str, str]:
+    """Each resource's version by name, built at C level (no Python loop over 1000s of resources)."""
+    return dict(zip(resources, map(_version, resources.values()), strict=True))
+
+
 def _same(a: Mapping[str, Resource], b: Mapping[str, Resource]) -> bool:
-    """Same names at the same versions; mostly the very same objects, which the C-level comparison sees first."""
-    return a == b or (a.keys() == b.keys() and all(a[name].version == b[name].version for name in a))
+    """Same names at the same versions; mostly the very same objects, which the C-level comparison sees first.
+
+    Else (after a change, until it is ACKed) the versions are compared, at C level too and stopping at the first
+    difference: in order when both have their names in the same order, as they usually do, else by name."""
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    if list(a) == list(b):
+        return all(map(operator.eq, map(_version, a.values()), map(_version, b.values())))
+    return _versions(a) == _versions(b)
 
 
 class Stream:
@@ -107,6 +126,7 @@ class Stream:
         # Sources held back on this Envoy, by (source, type URL); `_rejections` counts changes to it.
         self.rejected: dict[tuple[ir.SourceRef, str], Rejection] = {}
         self._rejections = 0
+        self._acked_memo: dict[str, tuple[tuple[int, int, int], bool]] = {}
 
     # --- what the Envoy should have -------------------------------------------------------------------------
 
@@ -192,9 +212,18 @@ class Stream:
                     continue
                 if any(state.acked.get(n) is None or state.acked[n].version != r.version for n, r in wanted.items()):
                     return False
-            elif not _same(self.target(type_url), state.acked):
+            elif not self._acked_target(type_url):
                 return False
         return True
+
+    def _acked_target(self, type_url: str) -> bool:
+        """The Envoy ACKed the target of `type_url`; compared again only once the target or the ACKed changed
+        (after a change, an Envoy's every ACK of another type asks this again)."""
+        key = (self.generation[type_url], self._rejections, self.types[type_url].acked_revision)
+        memo = self._acked_memo.get(type_url)
+        if memo is None or memo[0] != key:
+            memo = self._acked_memo[type_url] = (key, _same(self.target(type_url), self.types[type_url].acked))
+        return memo[1]
 
     def settled(self) -> bool:
         """In sync, or parked on a NACK of the current content: nothing more will happen until a change."""
@@ -246,6 +275,7 @@ class Stream:
             state.wildcard = (type_url != ENDPOINT and not subscribe) or "*" in subscribe
             state.sent = {name: Resource(name, version, None) for name, version in initial_versions.items()}
             state.acked = dict(state.sent)
+            state.acked_revision += 1
             state.respond = True
         elif subscribe:
             state.force.update(name for name in subscribe if name != "*")
@@ -260,7 +290,8 @@ class Stream:
             state.names.discard(name)
             if not state.subscribed(name):
                 state.sent.pop(name, None)
-                state.acked.pop(name, None)
+                if state.acked.pop(name, None) is not None:
+                    state.acked_revision += 1
         if subscribe and not state.respond:
             state.respond = any(name not in state.sent for name in subscribe if name != "*")
         if state.pending is not None and nonce and nonce == state.pending.nonce:
@@ -270,6 +301,7 @@ class Stream:
     def _ack(self, state: TypeState) -> bool:
         assert state.pending is not None
         state.acked = dict(state.sent)
+        state.acked_revision += 1
         state.acked_version, state.acked_nonce = state.pending.version, state.pending.nonce
         state.nack = None
         state.nacked_generation = None
@@ -322,7 +354,7 @@ class Stream:
             return push
         if self._may_send(listeners) and (push := self._push(listeners, self.target(LISTENER))) is not None:
             return push
-        listeners_done = not listeners.seen or _same(listeners.acked, self.target(LISTENER))
+        listeners_done = not listeners.seen or self._acked_target(LISTENER)
         if clusters.seen and listeners_done and clusters.nacked_generation != self.generation[CLUSTER]:
             return self._push(clusters, self.target(CLUSTER))
         return None

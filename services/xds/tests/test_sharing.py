@@ -1,0 +1,79 @@
+"""Envoys served the same sources share their clusters and load assignments; their listeners are their own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tollgate.testing.envoy import envoy_pod_object
+from tollgate.xds.identity import Identity
+from tollgate.xds.resources import CLUSTER, ENDPOINT, LISTENER, to_dict
+from tollgate.xds.server import Connection, XdsServer
+
+
+def virtual_service(name: str, port: int) -> dict[str, Any]:
+    cluster = {
+        "name": f"{name}-c",
+        "service_discovery": "eds",
+        "endpoints": [{"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}],
+    }
+    return {
+        "apiVersion": "servicemesh.l7mp.io/v1",
+        "kind": "VirtualService",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "generation": port,
+            "creationTimestamp": f"2026-01-01T00:00:0{ord(name[0]) % 10}Z",
+        },
+        "spec": {"selector": {"app": "edge"}, "listeners": [{"name": "l", "udp": {"port": port, "cluster": cluster}}]},
+    }
+
+
+def envoys(server: XdsServer, *addresses: str) -> list[Connection]:
+    """Envoys edge-0, edge-1... (app=edge) whose listeners bind to `addresses`, their pods known first."""
+    for index, address in enumerate(addresses):
+        server.world.set_pod(envoy_pod_object(f"edge-{index}", "ns", address, {"app": "edge"}))
+    server.recompute()
+    return [
+        server.connect(Identity(f"edge-{index}.ns", "ns", f"edge-{index}", (("app", "edge"),), address), delta=True)
+        for index, address in enumerate(addresses)
+    ]
+
+
+def bound(conn: Connection) -> set[tuple[str, int]]:
+    """Where the Envoy's listeners are: (address, port) of each."""
+    sockets = (to_dict(r)["address"]["socket_address"] for r in conn.stream.desired[LISTENER].values())
+    return {(s["address"], s["port_value"]) for s in sockets}
+
+
+def test_envoys_with_the_same_sources_share_cluster_and_endpoint_dicts_and_keep_their_own_listeners() -> None:
+    server = XdsServer(debounce=0)
+    server.world.set_virtual_service(virtual_service("a", 5000))
+    server.world.set_virtual_service(virtual_service("b", 5001))
+    first, second = envoys(server, "127.0.0.2", "127.0.0.3")
+
+    for type_url in (CLUSTER, ENDPOINT):
+        assert len(first.stream.desired[type_url]) == 2
+        assert first.stream.desired[type_url] is second.stream.desired[type_url]
+    assert first.stream.desired[LISTENER].keys() == second.stream.desired[LISTENER].keys()
+    assert bound(first) == {("127.0.0.2", 5000), ("127.0.0.2", 5001)}
+    assert bound(second) == {("127.0.0.3", 5000), ("127.0.0.3", 5001)}
+
+    server.world.set_virtual_service(virtual_service("b", 5002))
+    server.changed()
+    server.recompute()
+    assert first.stream.desired[CLUSTER] is second.stream.desired[CLUSTER]
+    assert first.stream.desired[ENDPOINT] is second.stream.desired[ENDPOINT]
+    assert bound(first) == {("127.0.0.2", 5000), ("127.0.0.2", 5002)}
+    assert bound(second) == {("127.0.0.3", 5000), ("127.0.0.3", 5002)}
+
+
+def test_a_resource_keeps_its_message_serialised_and_packs_it_when_sent() -> None:
+    server = XdsServer(debounce=0)
+    server.world.set_virtual_service(virtual_service("a", 5000))
+    (conn,) = envoys(server, "127.0.0.2")
+    (listener,) = conn.stream.desired[LISTENER].values()
+    assert isinstance(listener.packed, bytes), "bytes, not a protobuf Any per resource"
+    body = listener.body
+    assert body is not None
+    assert (body.type_url, body.value) == (LISTENER, listener.packed)
