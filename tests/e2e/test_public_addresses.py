@@ -123,7 +123,9 @@ async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_dele
     assert taken["message"] == f"spec.public-address: {a} is allocated to LoadBalancer {namespace}/a"
     assert condition(get(custom, "loadbalancers", namespace, "e"), "Ready")["status"] == "False"
 
-    # Deleting a frees its address; d, which waits for one, gets it.
+    # Deleting a frees its address; d, which waits for one, gets it. e goes first: it names that address itself, and a
+    # reconcile of e still running (its own spec writes re-trigger it) may claim the address the moment it is free.
+    cluster.kubectl("delete", "loadbalancer", "e", "-n", namespace, "--wait=true")
     cluster.kubectl("delete", "loadbalancer", "a", "-n", namespace)
     d = await allocated(custom, namespace, "d", timeout=90)  # d retries every 10 s while its pool is spent
     assert d == a
