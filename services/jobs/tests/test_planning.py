@@ -13,6 +13,7 @@ from tollgate.jobs.planning import (
     NodeInfo,
     ObservedJob,
     Plan,
+    job_event_urgent,
     job_manifest,
     node_info,
     observe_job,
@@ -391,3 +392,20 @@ def test_per_node_without_eligible_nodes_fails_or_waits() -> None:
     assert waits.status.phase == "Pending"
     assert condition(waits.status, "Complete") == ("False", "NoEligibleNodes")
     assert reasons(waits) == ["NoEligibleNodes"]
+
+
+@pytest.mark.parametrize(
+    ("changed", "others", "urgent"),
+    [
+        (job("g-0", "Pending"), [], False),  # created: the status only gains a Pending entry
+        (job("g-0", "Running"), [job("g-1", "Running")], False),
+        (job("g-0", "Succeeded"), [job("g-1", "Running")], False),  # one of several finished
+        (job("g-0", "Succeeded"), [job("g-1", "Succeeded")], True),  # the last one: the Goop may complete
+        (job("g-0", "Succeeded"), [], True),
+        (job("g-0", "Failed"), [job("g-1", "Running")], True),  # the Goop fails and starts no more workers
+    ],
+)
+def test_job_events_that_only_refresh_the_status_can_wait(
+    changed: ObservedJob, others: list[ObservedJob], urgent: bool
+) -> None:
+    assert job_event_urgent(changed, [changed, *others]) is urgent

@@ -26,6 +26,12 @@ class Settings(ControllerSettings):
     name_taken_retry_seconds: float = Field(
         default=30.0, gt=0, description="Pause before retrying a worker whose Job name another object holds."
     )
+    job_batch_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        description="Window in which a Goop's Job events are batched into one reconcile (and one status write); "
+        "a Job that failed or finished the Goop's last one is acted on at once.",
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
@@ -33,6 +39,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         max_backoff=settings.max_backoff_seconds,
         taken_retry=settings.name_taken_retry_seconds,
         workers=settings.workers,
+        job_batch=settings.job_batch_seconds,
     )
     reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
     try:

@@ -2,7 +2,10 @@
 
 Every trigger (the Goop changed, one of its Jobs changed, a node changed) only queues the Goop's key in the
 runtime's work queue, which holds a key once and never gives it to two workers, so a burst of Job events
-costs one or two reconciles; a failed reconcile is retried after the key's own growing backoff.
+costs one or two reconciles; a failed reconcile is retried after the key's own growing backoff. Job events
+that only refresh the status (a Job created, started, one of several finished) are queued after a short
+window (`Tuning.job_batch`), so that the Goop's other Jobs' events in that window cost no reconcile of their
+own; the event of a Job that failed or finished the last of the Goop's Jobs queues it at once.
 A reconcile reads the Goop (a fresh GET: the status is the run's memory), takes its Jobs and the nodes from
 kopf's in-memory indexes, plans, acts, plans again and writes the status only when it changed.
 
@@ -31,6 +34,7 @@ from tollgate.jobs.planning import (
     GoopEvent,
     NodeInfo,
     ObservedJob,
+    job_event_urgent,
     job_manifest,
     plan,
 )
@@ -60,6 +64,7 @@ class Tuning:
     workers: int = 32
     taken_retry: float = 30.0
     expectation_ttl: float = 60.0
+    job_batch: float = 0.5
 
 
 class Reconciler:
@@ -93,8 +98,9 @@ class Reconciler:
 
     # --- triggers ---------------------------------------------------------------------------------------------
 
-    def request(self, key: Key, view: ClusterView | None = None) -> None:
-        """Reconcile the Goop `key` soon; requests made while one is queued are merged into it."""
+    def request(self, key: Key, view: ClusterView | None = None, delay: float = 0.0) -> None:
+        """Reconcile the Goop `key` in `delay` seconds (or sooner, when asked to); requests made while one is queued
+        are merged into it."""
         if view is not None:
             self.view = view
         if not self._workers:
@@ -103,7 +109,12 @@ class Reconciler:
             self._workers = [
                 asyncio.create_task(self._work(), name=f"goop-worker-{i}") for i in range(self.tuning.workers)
             ]
-        self.queue.add(key)
+        self.queue.add_after(key, delay)
+
+    def job_changed(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+        """One of the Goop's Jobs changed: reconcile at once if the Goop may fail or complete, else batch it."""
+        urgent = job_event_urgent(job, view.jobs(goop_uid))
+        self.request(key, view, 0.0 if urgent else self.tuning.job_batch)
 
     def job_gone(self, goop_uid: str, job: ObservedJob) -> None:
         """A worker Job was deleted: if it had finished, keep its outcome until the status records it."""

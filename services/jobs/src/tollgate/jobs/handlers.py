@@ -105,9 +105,10 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         if owner is None or namespace is None:
             return
         goop, uid = str(owner.get("name")), str(owner.get("uid"))
+        job = observe_job(body)
         if type == "DELETED":
-            reconciler.job_gone(uid, observe_job(body))
-        reconciler.request((namespace, goop), _view(kwargs))
+            reconciler.job_gone(uid, job)
+        reconciler.job_changed((namespace, goop), uid, job, _view(kwargs))
 
     @kopf.on.event("v1", "nodes", registry=registry)
     async def node_changed(**kwargs: Any) -> None:

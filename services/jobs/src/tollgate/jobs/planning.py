@@ -208,6 +208,16 @@ def observe_job(body: Mapping[str, Any]) -> ObservedJob:
     )
 
 
+def job_event_urgent(job: ObservedJob, siblings: Iterable[ObservedJob]) -> bool:
+    """Whether a Job event should be acted on at once rather than batched with the Goop's next ones: when the Job
+    failed (the Goop fails and starts no more workers) or when it finished the last of the Goop's Jobs
+    (`siblings`, the Job among them), where the Goop may complete. Other events (a Job created, started, one of
+    several finished) only refresh the status and can wait."""
+    if job.phase == "Failed":
+        return True
+    return job.phase in FINISHED and all(sibling.phase in FINISHED for sibling in siblings)
+
+
 def goop_owner(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference of the Goop that controls a Job."""
     owners = (body.get("metadata") or {}).get("ownerReferences") or []
