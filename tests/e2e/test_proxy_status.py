@@ -213,3 +213,26 @@ def test_the_debug_api_refuses_requests_without_a_token_or_without_the_permissio
                       str(ca_file), "--xds-namespace", "no-such-namespace")  # fmt: skip
     assert refused.returncode == Exit.DENIED, refused.stderr
     assert "the debug API refused (401)" in refused.stderr
+
+
+async def test_without_xds_url_each_xds_pod_is_asked_through_the_api_servers_pods_proxy(
+    cluster: EmbeddedCluster, core: client.CoreV1Api, namespace: str, debug_reader: str
+) -> None:
+    """epicctl finds the xds pods, mints the debug token and asks the API server to proxy to each pod's debug port.
+    This API server refuses to dial the pod's loopback IP, and epicctl says so, naming the replica (exit 5)."""
+    none = epicctl(cluster, "proxy-status", "--xds-namespace", namespace)
+    assert none.returncode == Exit.NOT_FOUND, none.stderr
+    assert f"no running tollgate-xds pod in namespace {namespace}" in none.stderr
+
+    container = {"name": "tollgate-xds", "image": "x", "ports": [{"name": "debug", "containerPort": 8081}]}
+    pod = {"metadata": {"name": "xds-0", "labels": {"app.kubernetes.io/name": "tollgate-xds"}},
+           "spec": {"containers": [container]}}  # fmt: skip
+    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
+    await eventually(
+        lambda: asyncio.to_thread(lambda: core.read_namespaced_pod("xds-0", namespace).status.phase == "Running"),
+        "the xds pod to run",
+    )
+    refused = await asyncio.to_thread(epicctl, cluster, "proxy-status", "--xds-namespace", namespace)
+    assert refused.returncode == Exit.UNREACHABLE, refused.stderr
+    assert refused.stderr.startswith(f"epicctl: xds {namespace}/xds-0: unreachable through the API server (400)")
+    assert "address not allowed" in refused.stderr
