@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tollgate.cli import proxystatus, render
+from tollgate.cli import proxystatus, render, xdsdebug
+from tollgate.cli.exits import Exit
 
 NOW = 1000.0
 
@@ -103,3 +104,20 @@ def test_proxy_config_tables() -> None:
     assert proxystatus.endpoint_rows([assignment]) == [
         {"cluster": "acme/edge/dns-c", "endpoint": "10.0.0.1:53", "weight": "1", "health": "UNKNOWN"}
     ]
+
+
+def test_a_refusal_says_who_refused_and_exits_with_its_code() -> None:
+    debug_api = xdsdebug._refusal(403, '{"detail": "user \'alice\' may not get /tollgate/xds/debug"}', "xds ns/xds-0")
+    assert (str(debug_api), debug_api.code) == (
+        "xds ns/xds-0: the debug API refused (403): user 'alice' may not get /tollgate/xds/debug",
+        Exit.DENIED,
+    )
+    status = '{"kind": "Status", "message": "address not allowed", "code": 400}'
+    loopback = xdsdebug._refusal(400, status, "xds ns/xds-0")
+    assert (str(loopback), loopback.code) == (
+        "xds ns/xds-0: unreachable through the API server (400): address not allowed",
+        Exit.UNREACHABLE,
+    )
+    forbidden = xdsdebug._refusal(403, '{"kind": "Status", "message": "pods \\"xds-0\\" is forbidden"}', "xds ns/xds-0")
+    assert forbidden.code == Exit.DENIED and "the API server refused (403)" in str(forbidden)
+    assert xdsdebug._refusal(503, "no endpoints", "xds ns/xds-0").code == Exit.UNREACHABLE
