@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tollgate.models import ALL_KINDS
+from tollgate.models.envoy import DEBUG_PERMISSION_URL, DEBUG_SERVICE_ACCOUNT
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.rbac import NAMESPACE, chart_dir, default_replicas, release_namespaces, render_chart
 from tollgate.testing.tools import repo_root, tool
@@ -246,3 +247,28 @@ def test_xds_debug_api_is_on_the_pods_loopback_and_a_service_port_only_when_aske
     assert service_ports == ["health:8080->health", "xds:18000->xds", "debug:9000->debug"]
     assert container_ports == ["health:8080", "xds:18000", "debug:9000"]
     assert (env["TOLLGATE_XDS_API_HOST"], env["TOLLGATE_XDS_API_PORT"]) == ("0.0.0.0", "9000")
+    assert (env["TOLLGATE_XDS_API_AUTH"], env["TOLLGATE_XDS_API_CERT_DIR"]) == ("true", "/etc/tollgate/debug-tls")
+
+
+def test_a_published_xds_debug_api_serves_tls_and_lets_in_whom_an_operator_binds() -> None:
+    """`debugApi.service: true`: the serving certificate is mounted, the ServiceAccount tollgate-xds-debug may read the
+    debug API, and the ClusterRole tollgate-xds-debug-viewer lets its holder mint that account's token and proxy."""
+    objects = render_chart("xds", values={"debugApi": {"service": True}})
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    assert ("Secret", "tollgate-xds-debug-tls") in named or ("Certificate", "tollgate-xds") in named
+    pod = named[("Deployment", "tollgate-xds")]["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "debug-tls")
+    assert volume["secret"]["secretName"] == "tollgate-xds-debug-tls"
+    assert {"name": "debug-tls", "mountPath": "/etc/tollgate/debug-tls", "readOnly": True} in pod["containers"][0][
+        "volumeMounts"
+    ]
+    assert ("ServiceAccount", DEBUG_SERVICE_ACCOUNT) in named
+    reader = named[("ClusterRole", "tollgate-xds-debug-reader")]["rules"]
+    assert reader == [{"nonResourceURLs": [DEBUG_PERMISSION_URL], "verbs": ["get"]}]
+    binding = named[("ClusterRoleBinding", "tollgate-xds-debug-reader")]
+    assert [s["name"] for s in binding["subjects"]] == [DEBUG_SERVICE_ACCOUNT]
+    viewer = named[("ClusterRole", "tollgate-xds-debug-viewer")]["rules"]
+    assert viewer[0] == {"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                         "resourceNames": [DEBUG_SERVICE_ACCOUNT], "verbs": ["create"]}  # fmt: skip
+    unpublished = {(o["kind"], o["metadata"]["name"]) for o in render_chart("xds")}
+    assert not [name for kind, name in unpublished if "debug" in name], "nothing of it when not published"

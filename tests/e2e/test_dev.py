@@ -3,6 +3,9 @@ started again; stopping leaves nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -10,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tollgate.cli.epicctl import main
+from tollgate.cli.exits import Exit
 from tollgate.testing.dev import DevSystem
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
@@ -52,15 +57,33 @@ def crash_and_recover(system: DevSystem, name: str) -> str:
     return system.summary()
 
 
+def every_envoy_synced(system: DevSystem) -> Callable[[], list[str] | None]:
+    """The Envoys `epicctl proxy-status` shows, as an operator runs it on `make dev`, once every one is SYNCED."""
+
+    def probe() -> list[str] | None:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["proxy-status", "--xds-url", system.xds_debug_url, "-o", "json",
+                         "--kubeconfig", str(system.cluster.kubeconfig)])  # fmt: skip
+        envoys = json.loads(out.getvalue()) if code == Exit.OK else []
+        states = [{t["state"] for t in e["types"].values()} for e in envoys]
+        return [e["name"] for e in envoys] if envoys and all(s <= {"SYNCED", "NOT SENT"} for s in states) else None
+
+    return probe
+
+
 def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> None:
     try:
         system.start()
         summary = wait_for(programmed_summary(system), "the dev-proof VirtualService to be Programmed", timeout=30)
+        synced = wait_for(every_envoy_synced(system), "epicctl proxy-status to show every Envoy SYNCED", timeout=60)
         after_crash = crash_and_recover(system, "jobs")
     finally:
         processes = list(system.processes.values())
         system.stop()
         system.cluster.down()
+    assert "dev-proxy.tollgate-dev" in synced, synced
+    assert f"epicctl proxy-status --xds-url {system.xds_debug_url}" in summary, summary
     for service in ("supervisor", "webhook", "allocator", "xds", "routedip", "jobs"):
         assert f"  {service:<10} ready  restarts 0" in summary, summary
     assert "  jobs       ready  restarts 1" in after_crash, after_crash

@@ -228,3 +228,27 @@ def test_in_sync_follows_each_ack_after_a_change_and_ignores_the_order_of_names(
     assert stream.in_sync() is False, "asked again, the same answer"
     ack(stream, stream.next_push())
     assert stream.in_sync()
+
+
+def test_each_type_records_when_it_was_sent_acked_and_nacked() -> None:
+    now = [100.0]
+    stream = Stream(delta=False, clock=lambda: now[0])
+    stream.set_desired(want({"c": "1"}, {"l": "1"}))
+    connect_sotw(stream)
+    listeners = stream.types[LISTENER]
+    assert (listeners.sent_at, listeners.acked_at) == (100.0, 100.0)
+
+    now[0] = 130.0
+    stream.set_desired(want({"c": "1"}, {"l": "2"}))
+    push = stream.next_push()
+    assert push is not None
+    assert (listeners.sent_at, listeners.acked_at) == (130.0, 100.0), "sent, not yet ACKed"
+    now[0] = 131.0
+    nack = stream.on_sotw_request(LISTENER, push.nonce, [], "cannot bind")
+    assert isinstance(nack, Nack) and nack.at == 131.0
+    assert listeners.acked_at == 100.0, "a NACK is no ACK"
+
+    now[0] = 140.0
+    stream.set_desired(want({"c": "1"}, {"l": "3"}))
+    ack(stream, stream.next_push())
+    assert (listeners.sent_at, listeners.acked_at) == (140.0, 140.0)

@@ -30,10 +30,12 @@ MEANINGS = {
     Exit.OK: "done",
     Exit.ERROR: "any other failure (the API server answered with an error not listed below)",
     Exit.USAGE: "bad command line: unknown command or flag, missing argument, a value not among the choices",
-    Exit.NOT_FOUND: "the object (load balancer, account, namespace) does not exist",
+    Exit.NOT_FOUND: "the object (load balancer, account, namespace, connected Envoy, xds pod) does not exist",
     Exit.CONFLICT: "the object already exists, or changed while it was being written",
-    Exit.UNREACHABLE: "the API server did not answer: connection refused, timed out, TLS failure",
-    Exit.DENIED: "the API server did not accept the credentials (401) or refused the request (403)",
+    Exit.UNREACHABLE: "the API server, or an xds replica's debug API, did not answer: connection refused, timed out, "
+    "TLS failure",
+    Exit.DENIED: "the API server or the xds debug API did not accept the credentials (401) or refused the request "
+    "(403)",
     Exit.INVALID: "the API server or the admission webhook refused the object as invalid (400, 422)",
     Exit.CONFIG: "no usable kubeconfig: a missing or unreadable file, an unknown context, nowhere to look",
     Exit.INTERRUPTED: "interrupted (Ctrl-C)",

@@ -37,7 +37,12 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
     then = parse_rfc3339(timestamp)
     if then is None:
         return "<unknown>"
-    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
+    return compact_duration(((now or datetime.now(UTC)) - then).total_seconds())
+
+
+def compact_duration(elapsed: float) -> str:
+    """kubectl's compact form of a duration: 42s, 7m, 3h, 12d."""
+    seconds = max(0, int(elapsed))
     if seconds < 120:
         return f"{seconds}s"
     if seconds < 2 * 3600:

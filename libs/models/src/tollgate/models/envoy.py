@@ -21,6 +21,14 @@ POD_NAMESPACE_KEY = "tollgate.io/pod-namespace"
 POD_LABELS_KEY = "tollgate.io/pod-labels"
 XDS_CLUSTER = "tollgate-xds"
 
+# The xds debug API's access contract (tollgate.xds.api.auth; `epicctl proxy-status` is its client): a ServiceAccount
+# token for DEBUG_AUDIENCE in the DEBUG_TOKEN_HEADER header, whose user may `get` the non-resource URL
+# DEBUG_PERMISSION_URL. The chart's ServiceAccount DEBUG_SERVICE_ACCOUNT has that permission.
+DEBUG_TOKEN_HEADER = "X-Tollgate-Debug-Token"
+DEBUG_AUDIENCE = "tollgate-xds-debug"
+DEBUG_PERMISSION_URL = "/tollgate/xds/debug"
+DEBUG_SERVICE_ACCOUNT = "tollgate-xds-debug"
+
 
 def ads_bootstrap(xds_host: str, xds_port: int, *, delta: bool = False) -> dict[str, object]:
     """An Envoy bootstrap that takes everything (clusters, endpoints, listeners) from the xDS server over ADS.

@@ -487,7 +487,7 @@ class DevSystem:
             lines.append(f"  {kind:<22} {name:<40} {ready}")
         lines += ["", "tunnel IDs:"]
         lines += [f"  {lb:<40} {address:<16} tunnel {tunnel}" for lb, address, tunnel in self._tunnels()] or ["  none"]
-        lines += ["", "Envoy proxies:"]
+        lines += ["", f"Envoy proxies (sync per type: epicctl proxy-status --xds-url {self.xds_debug_url}):"]
         lines += self._proxies() or ["  none"]
         lines += ["", "data path (echo servers answer with their name):", *self.proof]
         return "\n".join(lines) + "\n"
@@ -513,6 +513,12 @@ class DevSystem:
             for address, tunnel in lb.get("status", {}).get("gue-tunnel-endpoints", {}).items():
                 rows.append((f"{lb['metadata']['namespace']}/{lb['metadata']['name']}", address, tunnel["tunnel-id"]))
         return rows
+
+    @property
+    def xds_debug_url(self) -> str:
+        """The xds debug API, which `epicctl proxy-status --xds-url` asks: here xds is a process, not a pod the API
+        server's pods proxy could reach (docs/xds.md, *Debug API*)."""
+        return self.resource("xds").endpoints["debug"].removesuffix("/debug/envoys")
 
     def _proxies(self) -> list[str]:
         envoys = _http_json(self.resource("xds").endpoints["debug"]) or []

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import kopf
 import uvicorn
 from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tollgate.runtime.grpc_server import add_standard_services
@@ -24,10 +26,11 @@ from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
 from tollgate.xds import handlers
+from tollgate.xds.api.auth import Gatekeeper
 from tollgate.xds.api.debug import create_app
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService, Limits, server_options
 from tollgate.xds.identity import DEFAULT_WAIT, Gate
-from tollgate.xds.k8s import Kube, RefusalEvents
+from tollgate.xds.k8s import Kube, RefusalEvents, Reviews
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
 from tollgate.xds.resync import Mirror
@@ -49,6 +52,15 @@ class Settings(ServiceSettings):
         "the chart's debugApi.service sets 0.0.0.0.",
     )
     api_port: int = Field(default=8081, ge=1, le=65535, description="Port of the debug HTTP API.")
+    api_auth: bool = Field(
+        default=False,
+        description="Require a token in X-Tollgate-Debug-Token (TokenReview for the audience tollgate-xds-debug, "
+        "then SubjectAccessReview: get on /tollgate/xds/debug); needed when api_host is not a loopback address.",
+    )
+    api_cert_dir: Path | None = Field(
+        default=None,
+        description="Directory of the debug API's serving pair (tls.crt, tls.key): it serves HTTPS; unset, HTTP.",
+    )
     dns_resolvers: str = Field(
         default="",
         description="DNS servers for strictdns clusters, host[:port] separated by commas; empty: the system's.",
@@ -106,6 +118,22 @@ class Settings(ServiceSettings):
         description="A watch that receives nothing, not even a bookmark, for this long is reopened.",
     )
 
+    @model_validator(mode="after")
+    def _debug_api_guarded(self) -> Settings:
+        if not _loopback(self.api_host) and not self.api_auth:
+            raise ValueError(
+                f"api_host: {self.api_host} is not a loopback address, so api_auth must be true: the debug API shows "
+                "every Envoy's config"
+            )
+        return self
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
 
 def replica_identity(settings: Settings) -> str:
     if settings.replica:
@@ -155,9 +183,17 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     await grpc_server.start()
     log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})
 
+    gatekeeper = Gatekeeper(Reviews(api)) if settings.api_auth else None
+    cert_dir = settings.api_cert_dir
     api_server = _APIServer(
         uvicorn.Config(
-            create_app(server), host=settings.api_host, port=settings.api_port, log_config=None, access_log=False
+            create_app(server, gatekeeper, replica_identity(settings)),
+            host=settings.api_host,
+            port=settings.api_port,
+            log_config=None,
+            access_log=False,
+            ssl_certfile=None if cert_dir is None else cert_dir / "tls.crt",
+            ssl_keyfile=None if cert_dir is None else cert_dir / "tls.key",
         )
     )
     context.health.add_readiness_check("api", lambda: api_server.started or "debug API not started")

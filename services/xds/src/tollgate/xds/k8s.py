@@ -1,4 +1,5 @@
-"""The API calls tollgate-xds makes besides watching: VirtualService status and Events."""
+"""The API calls tollgate-xds makes besides watching: VirtualService status, Events, and the reviews of the debug
+API's tokens."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kubernetes import client
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
 from tollgate.runtime.kube import event_body, is_not_found, object_reference
 from tollgate.runtime.retry import is_api_failure
+from tollgate.xds.api.auth import User
 from tollgate.xds.identity import Refusal
 
 log = logging.getLogger("tollgate.xds.k8s")
@@ -77,6 +79,38 @@ class RefusalEvents:
         meta = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}  # an empty uid is left out
         reference = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
         await self.kube.event(reference, "Warning", "XdsRefused", f"xDS stream refused: {refusal.message}")
+
+
+# Seconds to connect and to wait for the answer of one review.
+REVIEW_TIMEOUT = (5, 10)
+
+
+class Reviews:
+    """TokenReview and SubjectAccessReview for the debug API (tollgate.xds.api.auth.Reviewer)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.authentication = client.AuthenticationV1Api(api)
+        self.authorization = client.AuthorizationV1Api(api)
+
+    def review_token(self, token: str, audience: str) -> User | str:
+        body = {"spec": {"token": token, "audiences": [audience]}}
+        review = self.authentication.create_token_review(body, _request_timeout=REVIEW_TIMEOUT)  # type: ignore[arg-type]
+        status = review.status
+        if status is None or not status.authenticated or status.user is None:
+            return (status and status.error) or "not authenticated"
+        if audience not in (status.audiences or [audience]):
+            return f"the token is not for the audience {audience!r}"
+        user = status.user
+        return User(str(user.username), str(user.uid or ""), tuple(user.groups or ()), dict(user.extra or {}))
+
+    def may(self, user: User, verb: str, path: str) -> tuple[bool, str]:
+        spec = {"user": user.name, "groups": list(user.groups), "extra": user.extra,
+                "nonResourceAttributes": {"path": path, "verb": verb}}  # fmt: skip
+        if user.uid:
+            spec["uid"] = user.uid
+        review = self.authorization.create_subject_access_review({"spec": spec}, _request_timeout=REVIEW_TIMEOUT)  # type: ignore[arg-type]
+        status = review.status
+        return bool(status and status.allowed), str((status and status.reason) or "")
 
 
 # Seconds to connect and to wait for each read of a listing: a frozen connection fails instead of hanging.

@@ -18,7 +18,8 @@ What makes it more than a cache:
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -47,6 +48,7 @@ class Nack:
     nonce: str
     message: str
     owners: frozenset[ir.SourceRef]
+    at: float = 0.0  # when the Envoy answered, seconds since the epoch
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class TypeState:
     force: set[str] = field(default_factory=set)
     nack: Nack | None = None
     nacked_generation: int | None = None
+    # When the latest response was sent and when the Envoy last ACKed one (seconds since the epoch; None: never).
+    sent_at: float | None = None
+    acked_at: float | None = None
 
     def subscribed(self, name: str) -> bool:
         return self.wildcard or name in self.names
@@ -112,8 +117,9 @@ def _same(a: Mapping[str, Resource], b: Mapping[str, Resource]) -> bool:
 
 
 class Stream:
-    def __init__(self, delta: bool) -> None:
+    def __init__(self, delta: bool, clock: Callable[[], float] = time.time) -> None:
         self.delta = delta
+        self.clock = clock
         self.types: dict[str, TypeState] = {
             type_url: TypeState(type_url, wildcard=type_url != ENDPOINT) for type_url in TYPE_ORDER
         }
@@ -303,6 +309,7 @@ class Stream:
         state.acked = dict(state.sent)
         state.acked_revision += 1
         state.acked_version, state.acked_nonce = state.pending.version, state.pending.nonce
+        state.acked_at = self.clock()
         state.nack = None
         state.nacked_generation = None
         state.pending = None
@@ -319,6 +326,7 @@ class Stream:
             nonce=push.nonce,
             message=error,
             owners=owners,
+            at=self.clock(),
         )
         state.nack = nack
         desired = self.desired[state.type_url]
@@ -409,6 +417,7 @@ class Stream:
         state.pending = push
         state.last_nonce = push.nonce
         state.sent_version = push.version
+        state.sent_at = self.clock()
         state.pushes += 1
         state.respond = False
         state.force.difference_update(target)

@@ -1,14 +1,19 @@
-"""The debug HTTP API (FastAPI): per-Envoy sync status (sent vs ACKed, per type) and config dumps."""
+"""The debug HTTP API (FastAPI): per-Envoy sync status (sent vs ACKed, per type) and config dumps.
+
+With a `Gatekeeper` (served beyond loopback), every request needs a token (tollgate.xds.api.auth): 401 without
+one or with one the API server does not accept for the debug audience, 403 when its user lacks the permission."""
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import defaultdict
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, Header, HTTPException
 
 from tollgate.xds import ir, resources
+from tollgate.xds.api.auth import HEADER, Gatekeeper
 from tollgate.xds.server import Connection, XdsServer
 from tollgate.xds.status import envoy_names
 from tollgate.xds.streams import TypeState
@@ -30,7 +35,11 @@ def _type_status(conn: Connection, state: TypeState) -> dict[str, Any]:
         "acked_resources": len(state.acked),
         "pending": state.pending is not None,
         "pushes": state.pushes,
-        "nack": None if nack is None else {"version": nack.version, "nonce": nack.nonce, "message": nack.message},
+        "sent_at": state.sent_at,
+        "acked_at": state.acked_at,
+        "nack": None
+        if nack is None
+        else {"version": nack.version, "nonce": nack.nonce, "message": nack.message, "at": nack.at},
         "held_back": {
             str(owner): rejection.message
             for (owner, type_url), rejection in sorted(conn.stream.rejected.items())
@@ -48,10 +57,12 @@ def _envoy_names(config: ir.ProxyConfig) -> dict[str, list[dict[str, Any]]]:
     return {source: [names.to_wire() for names in envoy_names(found)] for source, found in units.items()}
 
 
-def sync_status(conn: Connection) -> dict[str, Any]:
+def sync_status(conn: Connection, replica: str = "") -> dict[str, Any]:
     identity = conn.identity
     return {
         "node": identity.node_id,
+        "replica": replica,
+        "server_time": time.time(),
         "pod": identity.pod,
         "namespace": identity.namespace,
         "labels": dict(conn.proxy.labels if conn.proxy else identity.labels),
@@ -69,8 +80,21 @@ def sync_status(conn: Connection) -> dict[str, Any]:
     }
 
 
-def create_app(server: XdsServer) -> FastAPI:
-    app = FastAPI(title="tollgate-xds debug", description="What each Envoy was sent and has ACKed.")
+def create_app(server: XdsServer, gatekeeper: Gatekeeper | None = None, replica: str = "") -> FastAPI:
+    """The debug API of `server`, whose answers name it `replica`; every request checked by `gatekeeper` if any."""
+
+    def authorised(token: Annotated[str | None, Header(alias=HEADER)] = None) -> None:
+        if gatekeeper is None:
+            return
+        decision = gatekeeper.check(token)
+        if decision.status != 200:
+            raise HTTPException(decision.status, decision.message)
+
+    app = FastAPI(
+        title="tollgate-xds debug",
+        description="What each Envoy was sent and has ACKed.",
+        dependencies=[Depends(authorised)],
+    )
 
     def connections(node: str) -> list[Connection]:
         found = [c for c in server.connections.values() if c.identity.node_id == node]
@@ -81,12 +105,13 @@ def create_app(server: XdsServer) -> FastAPI:
     @app.get("/debug/envoys")
     def envoys() -> list[dict[str, Any]]:
         """Sync status of every connected Envoy."""
-        return [sync_status(c) for c in sorted(server.connections.values(), key=lambda c: c.identity.node_id)]
+        found = sorted(server.connections.values(), key=lambda c: c.identity.node_id)
+        return [sync_status(c, replica) for c in found]
 
     @app.get("/debug/envoys/{node}")
     def envoy(node: str) -> list[dict[str, Any]]:
         """Sync status of one Envoy (one entry per open stream)."""
-        return [sync_status(c) for c in connections(node)]
+        return [sync_status(c, replica) for c in connections(node)]
 
     @app.get("/debug/envoys/{node}/config_dump")
     def config_dump(node: str) -> dict[str, Any]:
@@ -94,8 +119,23 @@ def create_app(server: XdsServer) -> FastAPI:
         conn = connections(node)[-1]
         return {
             "node": node,
+            "replica": replica,
             "versions": {resources.SHORT_NAMES[t]: str(v) for t, v in conn.stream.generation.items()},
             **resources.dump(conn.stream.desired),
+        }
+
+    @app.get("/debug/envoys/{node}/sent")
+    def sent(node: str) -> dict[str, Any]:
+        """What this Envoy was last sent, by type: the response it is answering, else the last it ACKed (a rejected
+        response is not shown: the Envoy kept its previous config). What `epicctl proxy-config` shows."""
+        conn = connections(node)[-1]
+        return {
+            "node": node,
+            "replica": replica,
+            "versions": {resources.SHORT_NAMES[t]: s.sent_version for t, s in conn.stream.types.items()},
+            **resources.dump(
+                {t: {n: r for n, r in s.sent.items() if r.packed is not None} for t, s in conn.stream.types.items()}
+            ),
         }
 
     @app.get("/debug/convergence")
