@@ -103,5 +103,5 @@ async def main(settings: Settings, context: ServiceContext) -> None:
 
 
 if __name__ == "__main__":
-    # uvloop: its event loop and TLS transport cost about half of asyncio's per review (docs/webhook.md, Benchmark).
+    # uvloop: a cheaper event loop and TLS transport than asyncio's (docs/webhook.md, "What was tried").
     sys.exit(run("python -m tollgate.webhook", __doc__ or "", Settings, main, loop_factory=uvloop.new_event_loop))
