@@ -57,6 +57,7 @@ FLOOR_DRY_RUN_REFUSAL = "the floor webhook refuses dry runs"  # bench/floor/main
 Obj = dict[str, Any]
 Mode = Literal["baseline", "floor", "tollgate"]
 MODES: tuple[Mode, ...] = ("baseline", "floor", "tollgate")
+LOADS = ("1", "50", "paced")  # 1 client; 50 in a closed loop; 50 paced to --paced-rate
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,64 @@ def ms(value: float) -> str:
     return f"{value:.1f} ms"
 
 
-def report(rows: list[tuple[str, Load, dict[Mode, Sample]]]) -> None:
+# The targets of issue #18, each a ratio to the floor measured in the same run.
+CPU_TARGET = 1.5  # webhook CPU per review, tollgate / floor
+ADDED_P50_TARGET = 1.5  # added p50 over baseline at the paced load, tollgate / floor
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target for one kind: the floor's and tollgate's numbers, their ratio and whether it is met."""
+
+    kind: str
+    name: str
+    floor: float
+    tollgate: float
+    limit: float
+
+    @property
+    def ratio(self) -> float | None:
+        """tollgate / floor; None when the floor's number is not above zero (within noise of the baseline)."""
+        return self.tollgate / self.floor if self.floor > 0 else None
+
+    @property
+    def met(self) -> bool:
+        return self.ratio is not None and self.ratio <= self.limit
+
+
+Measured = tuple[str, Load, dict[Mode, Sample]]  # kind, load, each mode's sample
+
+
+def summary(rows: list[Measured]) -> list[Target]:
+    """Per kind: webhook CPU per review over all of the kind's rows (CPU / the API server's count of calls), and
+    the p50 each webhook adds over the baseline at the paced load (if the run had one)."""
+    targets: list[Target] = []
+    for kind in dict.fromkeys(kind for kind, _, _ in rows):
+        kind_rows = [samples for row_kind, _, samples in rows if row_kind == kind]
+
+        def per_review(mode: Mode, kind_rows: list[dict[Mode, Sample]] = kind_rows) -> float:
+            calls = sum(samples[mode].webhook_calls for samples in kind_rows)
+            return sum(samples[mode].webhook_cpu for samples in kind_rows) / max(calls, 1) * 1000
+
+        targets.append(
+            Target(kind, "webhook CPU per review (ms)", per_review("floor"), per_review("tollgate"), CPU_TARGET)
+        )
+        for row_kind, load, samples in rows:
+            if row_kind == kind and load.rate is not None:
+                p50 = {mode: percentile(samples[mode].latencies, 0.5) for mode in MODES}
+                targets.append(
+                    Target(
+                        kind,
+                        f"added p50, {load.describe()} (ms)",
+                        p50["floor"] - p50["baseline"],
+                        p50["tollgate"] - p50["baseline"],
+                        ADDED_P50_TARGET,
+                    )
+                )
+    return targets
+
+
+def report(rows: list[Measured]) -> None:
     print()
     print(f"load average {' '.join(f'{value:.1f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     print()
@@ -326,6 +384,15 @@ def report(rows: list[tuple[str, Load, dict[Mode, Sample]]]) -> None:
             f"| {p99s['tollgate'] - p99s['baseline']:+.1f} ms | {p99s['floor'] - p99s['baseline']:+.1f} ms "
             f"| {cpu} | {webhook_cpu} | {calls} |"
         )
+    print()
+    print("| kind | target | floor | tollgate | tollgate / floor | limit | met |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for target in summary(rows):
+        ratio = f"{target.ratio:.2f}x" if target.ratio is not None else "n/a (floor within noise)"
+        print(
+            f"| {target.kind} | {target.name} | {target.floor:.2f} | {target.tollgate:.2f} | {ratio} "
+            f"| {target.limit:g}x | {'met' if target.met else 'NOT met'} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the three modes per row")
     parser.add_argument("--paced-rate", type=float, default=100, help="creates per second of the paced 50 clients")
+    parser.add_argument(
+        "--loads", nargs="+", default=list(LOADS), choices=list(LOADS), help="which loads to run (default: all)"
+    )
     args = parser.parse_args(argv)
-    loads = (Load(1), Load(50), Load(50, args.paced_rate))
+    every = {"1": Load(1), "50": Load(50), "paced": Load(50, args.paced_rate)}
+    loads = [every[name] for name in LOADS if name in args.loads]
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
         workdir = Path(tmp)
         cluster = None
@@ -347,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.install_crds()
             kubeconfig = cluster.kubeconfig
         bench = Bench(kubeconfig, workdir)
-        rows: list[tuple[str, Load, dict[Mode, Sample]]] = []
+        rows: list[Measured] = []
         try:
             bench.start()
             for kind in args.kinds:

@@ -80,8 +80,10 @@ def run(
     settings_class: type[SettingsT],
     main: ServiceMain[SettingsT],
     argv: list[str] | None = None,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> int:
-    """Entry point of a service's `__main__`: `python -m tollgate.<name> [--help]`."""
+    """Entry point of a service's `__main__`: `python -m tollgate.<name> [--help]`, on a new event loop from
+    `loop_factory` (default: asyncio's own)."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description=description,
@@ -92,7 +94,8 @@ def run(
     settings = settings_class()
     setup_logging(settings.service_name, settings.log_level, settings.log_format)
     try:
-        asyncio.run(serve(settings, main))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(settings, main))
     except Exception:
         log.exception("service failed")
         return 1

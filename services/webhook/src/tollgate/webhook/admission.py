@@ -8,10 +8,10 @@ never an error status.
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tollgate.webhook.defaulting import JSONPatch, default_patch
@@ -31,6 +31,8 @@ API_VERSION = "admission.k8s.io/v1"
 # The deepest nesting of a review body taken: the object sits 3 levels down, tollgate's kinds nest about 10 more
 # (managedFields mirrors that), so 100 leaves room while keeping every recursive walk far below Python's limit.
 MAX_DEPTH = 100
+# What orjson says of a document nested past its own limit (1024 levels), far past MAX_DEPTH.
+_ORJSON_DEPTH_ERROR = "depth limit exceeded"
 
 
 class BadReview(ValueError):
@@ -67,11 +69,11 @@ class AdmissionReview(_Loose):
 def parse_review(body: bytes) -> AdmissionRequest:
     """The request inside an AdmissionReview v1 body; BadReview names what is wrong."""
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as error:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        if str(error).startswith(_ORJSON_DEPTH_ERROR):
+            raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels") from None
         raise BadReview(f"the body is not JSON: {error}") from None
-    except RecursionError:
-        raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels") from None
     if _depth(document) > MAX_DEPTH:
         raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels")
     if not isinstance(document, dict):
@@ -123,7 +125,7 @@ class Decision:
         answer: dict[str, Any] = {"uid": uid, "allowed": self.allowed}
         if self.patch:
             answer["patchType"] = "JSONPatch"
-            answer["patch"] = base64.b64encode(json.dumps(self.patch).encode()).decode()
+            answer["patch"] = base64.b64encode(orjson.dumps(self.patch)).decode()
         if not self.allowed:
             status: dict[str, Any] = {
                 "status": "Failure",

@@ -8,11 +8,11 @@ an unknown path a 404 listing the known ones.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request, Response
 from opentelemetry import metrics, trace
 from opentelemetry.trace import TracerProvider
@@ -40,7 +40,7 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
-    return Response(content=json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json")
+    return Response(content=orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 class Admitter:
