@@ -24,9 +24,9 @@ from tollgate.allocator.reconcile import Reconciler
 from tollgate.allocator.registry import Registry
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
 from tollgate.models.epic import SYSTEM_NAMESPACE, EPICSpec, GUEEndpoint
+from tollgate.runtime.backoff import Stopped, is_transient, until_done
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
-from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server

@@ -18,6 +18,7 @@ from kubernetes import client, watch
 
 from tollgate.models.base import CustomResource, now_rfc3339
 from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR
+from tollgate.runtime.backoff import is_api_failure
 from tollgate.runtime.kube import (
     event_body,
     is_conflict,
@@ -27,7 +28,6 @@ from tollgate.runtime.kube import (
     timeouts,
 )
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
-from tollgate.runtime.retry import is_api_failure
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]

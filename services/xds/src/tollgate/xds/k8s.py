@@ -11,8 +11,8 @@ from typing import Any, cast
 from kubernetes import client
 
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
+from tollgate.runtime.backoff import is_api_failure
 from tollgate.runtime.kube import event_body, is_not_found, object_reference
-from tollgate.runtime.retry import is_api_failure
 from tollgate.xds.identity import Refusal
 
 log = logging.getLogger("tollgate.xds.k8s")
