@@ -76,13 +76,13 @@ async def test_a_broken_pair_on_disk_leaves_the_last_good_one_serving(
 
 
 def test_a_directory_without_a_pair_is_refused_naming_the_files(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="tls.crt and .*tls.key"):
+    with pytest.raises(FileNotFoundError, match=r"tls\.crt and .*tls\.key"):
         ServingCertificate(tmp_path)
 
 
 async def grpc_connects(port: int, ca_file: Path) -> bool:
     """Whether a new gRPC channel to 127.0.0.1:port trusting only `ca_file` completes its TLS handshake."""
-    credentials = grpc.ssl_channel_credentials(root_certificates=ca_file.read_bytes())
+    credentials = grpc.ssl_channel_credentials(root_certificates=await asyncio.to_thread(ca_file.read_bytes))
     async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout=3)
