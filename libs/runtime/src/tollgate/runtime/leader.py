@@ -17,7 +17,8 @@ drives the library's single step from asyncio: each attempt bounded in time (its
 period, and the attempt is abandoned at the period), on one thread of its own (the library's state is not
 thread-safe), a release that clears `holderIdentity`, and a watchdog thread, which needs neither the event loop
 nor the network, that ends the process if the holder has not stopped by its deadline. The library's LeaseLock is
-extended only to count `leaseTransitions`, as client-go does and `kubectl describe lease` shows.
+extended only to count `leaseTransitions` (as client-go does, and `kubectl describe lease` shows) and to check a
+takeover against the monotonic clock.
 """
 
 from __future__ import annotations
@@ -104,20 +105,34 @@ async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
 API_ERRORS = (client.ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-class _CountingLeaseLock(LeaseLock):
-    """The library's LeaseLock, on the given client, counting `leaseTransitions` when the holder changes and
-    remembering the holder it last read."""
+class _GuardedLeaseLock(LeaseLock):
+    """The library's LeaseLock, on the given client, that counts `leaseTransitions` when the holder changes, and
+    refuses to take over a record that has not gone unchanged for the lease duration on the monotonic clock (the
+    library times expiry with time.time(), which a clock step can move forward)."""
 
     def __init__(self, api: client.ApiClient, config: LeaseConfig) -> None:
         super().__init__(config.name, config.namespace, config.identity)  # type: ignore[no-untyped-call]
         self.api_instance = client.CoordinationV1Api(api)
+        self.duration = config.whole_seconds
         self.seen_holder: str | None = None
+        self._seen: tuple[object, ...] | None = None
+        self._seen_at = 0.0  # monotonic time the record read last changed
 
     def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         found, record = super().get(name, namespace)  # type: ignore[no-untyped-call]
         if found:
             self.seen_holder = record.holder_identity
+            seen = (record.holder_identity, record.renew_time, record.acquire_time, record.lease_duration)
+            if seen != self._seen:
+                self._seen, self._seen_at = seen, time.monotonic()
         return found, record
+
+    def update(self, name: str, namespace: str, record: LeaderElectionRecord) -> bool:
+        taking_over = bool(self.seen_holder) and record.holder_identity not in ("", self.seen_holder)
+        if taking_over and time.monotonic() - self._seen_at < self.duration:
+            log.warning("not taking over a Lease renewed within its duration", extra={"holder": self.seen_holder})
+            return False
+        return bool(super().update(name, namespace, record))  # type: ignore[no-untyped-call]
 
     def get_lease_spec(self, record: LeaderElectionRecord, current_spec: Any = None) -> client.V1LeaseSpec:
         previous = current_spec.holder_identity if current_spec is not None else None
@@ -134,7 +149,7 @@ class LeaderElector:
         self.config = config
         # Every call of the election's gives up within a period (urllib3 retries it once, on a new connection).
         bounded = TimeoutApiClient(api.configuration, dataclasses.replace(timeouts(), request=config.period))
-        self._lock = _CountingLeaseLock(bounded, config)
+        self._lock = _GuardedLeaseLock(bounded, config)
         self._election = LeaderElection(  # type: ignore[no-untyped-call]
             Config(  # type: ignore[no-untyped-call]
                 lock=self._lock,
@@ -250,7 +265,7 @@ class LeaderElector:
             return False
         now = str(datetime.now(UTC))
         released = LeaderElectionRecord("", "1", now, now)  # type: ignore[no-untyped-call]
-        return bool(self._lock.update(self.config.name, self.config.namespace, released))  # type: ignore[no-untyped-call]
+        return bool(self._lock.update(self.config.name, self.config.namespace, released))
 
     async def release(self) -> None:
         """Hand the Lease back so a standby takes over at once (nothing to do when another replica holds it)."""
