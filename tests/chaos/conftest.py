@@ -43,10 +43,10 @@ from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.fakedo import FakeDigitalOceanThread
 from tollgate.testing.faultproxy import FaultProxy, proxied_kubeconfig, server_of
-from tollgate.testing.net import free_port
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import allocator_env, tls_endpoint
 from tollgate.testing.xds import Xds, envoy_pod, live_envoy, spare_loopback, xds_settings
 
 
@@ -109,17 +109,12 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
     core.create_namespaced_secret(
         ROUTEDIP_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=DO_SECRET), data={"token": token})
     )
-    allocator_port = free_port()
-    allocator_ca = agents.certificates(directory / "allocator-tls")
+    allocator_tls = tls_endpoint(directory / "allocator-tls")
     settings = {
         "xds": {**xds_settings(), "TOLLGATE_XDS_RESYNC_PERIOD_S": "5"},
         "jobs": {},
         "routedip": {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": ROUTEDIP_NAMESPACE, "TOLLGATE_ROUTEDIP_LOG_FORMAT": "text"},
-        "allocator": {
-            "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{allocator_port}",
-            "TOLLGATE_ALLOCATOR_LEASE_SECONDS": str(LEASE_SECONDS),
-            "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(allocator_ca.parent),
-        },
+        "allocator": allocator_env(allocator_tls, TOLLGATE_ALLOCATOR_LEASE_SECONDS=str(LEASE_SECONDS)),
     }
     services = {
         "supervisor": ServiceProcess(
@@ -160,7 +155,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         envoy_ip, _ = await live_envoy(core, NAMESPACE, "edge")
         account = f"chaos-{uuid.uuid4().hex[:5]}"
         _account(cluster, account)
-        agent = agents.Agent.mint(core, account, allocator_ca)
+        agent = agents.Agent.mint(core, account, allocator_tls.ca_file)
         body = {
             "apiVersion": f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}",
             "kind": "ClusterRoutedIPClass",
@@ -189,7 +184,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
             Nodes(cluster, core),
             echo_target,
             envoy_ip,
-            allocator_port,
+            allocator_tls.port,
             agent,
             account,
         )

@@ -49,7 +49,6 @@ from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing import agents, objects
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
 from tollgate.testing.objects import (
     Obj,
     gwproxy,
@@ -62,9 +61,9 @@ from tollgate.testing.objects import (
     with_value,
 )
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import allocator_env, tls_endpoint, webhook_env
 from tollgate.testing.wait import wait_for
 from tollgate.testing.xds import xds_settings
-from tollgate.webhook.certs import generate
 from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
 from tollgate.xds.resources import LISTENER
@@ -181,43 +180,33 @@ def system(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[System]:
     label = uuid.uuid4().hex[:10]
-    certs = tmp_path_factory.mktemp("webhook-tls")
-    bundle = generate(["127.0.0.1"])
-    bundle.write(certs)
-    port = free_port()
+    webhook_tls = tls_endpoint(tmp_path_factory.mktemp("webhook-tls"))
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     token = {"metadata": {"name": TOKEN_SECRET}, "stringData": {"token": "adversarial"}}
     core.create_namespaced_secret(SYSTEM_NAMESPACE, token)  # type: ignore[arg-type]
     registration = Registration(
-        ca_bundle=bundle.ca,
-        url=f"https://127.0.0.1:{port}",
+        ca_bundle=webhook_tls.ca,
+        url=webhook_tls.url,
         name=f"tollgate-webhook-adversarial-{label}",
         namespace_selector={"matchLabels": {TENANT_LABEL: label}},
         object_selector={"matchExpressions": [{"key": ADMITTED_WHILE_DOWN, "operator": "DoesNotExist"}]},
     )
-    allocator_ca = agents.certificates(tmp_path_factory.mktemp("allocator-tls"))
-    grpc_address = f"127.0.0.1:{free_port()}"
+    allocator_tls = tls_endpoint(tmp_path_factory.mktemp("allocator-tls"))
     xds_env = xds_settings()
     services = {
         "webhook": run_module_service(
             "webhook",
             rbac=True,
-            env={
-                "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
-                "TOLLGATE_WEBHOOK_PORT": str(port),
-                "TOLLGATE_WEBHOOK_CERT_DIR": str(certs),
-                "TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES": str(64 * 1024),
-            },
+            env=webhook_env(webhook_tls, TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES=str(64 * 1024)),
         ),
         "allocator": run_module_service(
             "allocator",
             rbac=True,
-            env={
-                "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": grpc_address,
-                "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(allocator_ca.parent),
-                "TOLLGATE_ALLOCATOR_XDS_ADDRESS": "127.0.0.1:18000",
-                "TOLLGATE_ALLOCATOR_GUE_ADDRESS": "192.168.1.40",
-            },
+            env=allocator_env(
+                allocator_tls,
+                TOLLGATE_ALLOCATOR_XDS_ADDRESS="127.0.0.1:18000",
+                TOLLGATE_ALLOCATOR_GUE_ADDRESS="192.168.1.40",
+            ),
         ),
         "xds": run_module_service("xds", rbac=True, env=xds_env),
         "routedip": run_module_service(
@@ -233,10 +222,10 @@ def system(
         core,
         attacker,
         victim,
-        port,
-        certs,
-        grpc_address,
-        allocator_ca,
+        webhook_tls.port,
+        webhook_tls.cert_dir,
+        allocator_tls.address,
+        allocator_tls.ca_file,
         int(xds_env["TOLLGATE_XDS_GRPC_PORT"]),
         {account_of(ns): agents.mint(core, account_of(ns)) for ns in (attacker, victim)},
         services,

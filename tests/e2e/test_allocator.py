@@ -26,8 +26,8 @@ from tollgate.models.epic import ACCOUNT_LABEL, GROUP, LOAD_BALANCER_LABEL, USER
 from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import TLSEndpoint, allocator_env, tls_endpoint
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import eventually, wait_for
 
@@ -37,26 +37,24 @@ XDS_ADDRESS = "127.0.0.1:18000"
 EPIC_PORT = {"appProtocol": "gue", "port": 6080, "protocol": "UDP"}
 
 
-def allocator_env(grpc_port: int, ca_file: Path, **extra: str) -> dict[str, str]:
-    return {
-        "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{grpc_port}",
-        "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
-        "TOLLGATE_ALLOCATOR_XDS_ADDRESS": XDS_ADDRESS,
-        "TOLLGATE_ALLOCATOR_GUE_ADDRESS": GUE_ADDRESS,
-        **extra,
-    }
+@pytest.fixture
+def allocator_tls(tmp_path: Path) -> TLSEndpoint:
+    """Where the allocator serves its gRPC API, and its serving certificate (written as make dev does)."""
+    return tls_endpoint(tmp_path / "allocator-tls")
 
 
 @pytest.fixture
-def allocator_ca(tmp_path: Path) -> Path:
-    """The CA of the allocator's serving certificate (written next to tls.crt and tls.key, as make dev does)."""
-    return agents.certificates(tmp_path / "allocator-tls")
+def allocator_ca(allocator_tls: TLSEndpoint) -> Path:
+    """The CA of the allocator's serving certificate."""
+    return allocator_tls.ca_file
 
 
 @pytest.fixture
-def allocator(run_service: ServiceFactory, allocator_ca: Path) -> tuple[ServiceProcess, int]:
-    port = free_port()
-    return run_service("allocator", rbac=True, env=allocator_env(port, allocator_ca)), port
+def allocator(run_service: ServiceFactory, allocator_tls: TLSEndpoint) -> tuple[ServiceProcess, int]:
+    env = allocator_env(
+        allocator_tls, TOLLGATE_ALLOCATOR_XDS_ADDRESS=XDS_ADDRESS, TOLLGATE_ALLOCATOR_GUE_ADDRESS=GUE_ADDRESS
+    )
+    return run_service("allocator", rbac=True, env=env), allocator_tls.port
 
 
 Connect = Callable[[str], AllocatorClient]

@@ -23,8 +23,8 @@ from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import FaultProxy, break_the_network, server_of
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import allocator_env, tls_endpoint
 from tollgate.testing.wait import eventually
 
 ACCOUNTS, LBS_PER_ACCOUNT, ENDPOINTS_PER_LB = 4, 5, 15  # 300 endpoints on 160 client nodes of 20 load balancers
@@ -90,28 +90,28 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     """With `faulty_network`, each allocator reaches the API server through its own FaultProxy that keeps
     dropping answers to requests it forwarded and cutting the connections: writes whose outcome the allocator
     cannot know, the case where a tunnel ID could be handed out twice."""
-    ports = [free_port() for _ in range(3)]
-    ca_file = agents.certificates(tmp_path / "allocator-tls")
+    first = tls_endpoint(tmp_path / "allocator-tls")
+    replicas = [first, first.on_free_port(), first.on_free_port()]  # three replicas, one certificate
+    ca_file = first.ca_file
     run = uuid.uuid4().hex[:5]
     incarnations: Counter[int] = Counter()
 
     def start(index: int) -> ServiceProcess:
         incarnations[index] += 1
-        env = {
-            "TOLLGATE_ALLOCATOR_IDENTITY": f"test-{run}-{index}-{incarnations[index]}",
-            "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{ports[index]}",
-            "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
-            "TOLLGATE_ALLOCATOR_LEASE_SECONDS": str(LEASE_SECONDS),
-            "TOLLGATE_ALLOCATOR_RECONCILE": "true" if index == 0 else "false",
-            "TOLLGATE_ALLOCATOR_LOG_LEVEL": "INFO",
-        }
+        env = allocator_env(
+            replicas[index],
+            TOLLGATE_ALLOCATOR_IDENTITY=f"test-{run}-{index}-{incarnations[index]}",
+            TOLLGATE_ALLOCATOR_LEASE_SECONDS=str(LEASE_SECONDS),
+            TOLLGATE_ALLOCATOR_RECONCILE="true" if index == 0 else "false",
+            TOLLGATE_ALLOCATOR_LOG_LEVEL="INFO",
+        )
         return run_service("allocator", rbac=True, env=env, via=proxies[index] if faulty_network else None)
 
     allocators = [start(index) for index in range(3)]
     agents_ = [agents.Agent.mint(core, account, ca_file) for account in accounts]
     clients = {
         agent.account: [
-            AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) for port in ports
+            AllocatorClient(endpoint.address, agent.token, agent.channel_credentials()) for endpoint in replicas
         ]
         for agent in agents_
     }
@@ -131,7 +131,7 @@ async def test_concurrent_registrations_survive_a_sigkilled_allocator_without_du
     async def register(index: int, account: str, lb: str, address: str, node: str) -> None:
         async with gate:
             for attempt in range(60):
-                api = clients[account][(index + attempt) % len(ports)]
+                api = clients[account][(index + attempt) % len(replicas)]
                 try:
                     response = await api.register(account, lb, address, 8080, node_address=node, timeout=20)
                 except grpc.aio.AioRpcError as error:

@@ -28,6 +28,7 @@ from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.objects import Obj, remote_endpoint, with_value
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import TLSEndpoint, allocator_env, tls_endpoint
 from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import admin, spare_loopback, start_xds, xds_settings
 from tollgate.webhook.certs import generate
@@ -167,15 +168,10 @@ def test_refused_at_admission_naming_the_field_and_narrowed_by_the_account(
     assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints")["items"] == []
 
 
-def allocator(run_service: ServiceFactory, ca_file: Path, **env: str) -> tuple[ServiceProcess, int]:
-    """The allocator over TLS (its certificate's CA in `ca_file`), under its chart's RBAC."""
-    port = free_port()
-    settings = {
-        "TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{port}",
-        "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent),
-        "TOLLGATE_ALLOCATOR_GUE_ADDRESS": "192.168.1.40",
-    }
-    return run_service("allocator", rbac=True, env=settings | env), port
+def allocator(run_service: ServiceFactory, served: TLSEndpoint, **env: str) -> ServiceProcess:
+    """The allocator over TLS at `served`, under its chart's RBAC."""
+    settings = allocator_env(served, TOLLGATE_ALLOCATOR_GUE_ADDRESS="192.168.1.40", **env)
+    return run_service("allocator", rbac=True, env=settings)
 
 
 def load_balancer(namespace: str) -> Obj:
@@ -197,12 +193,12 @@ async def test_the_registration_api_refuses_with_invalid_argument_and_leaves_not
     tmp_path: Path,
 ) -> None:
     namespace = f"epic-{tenant}"
-    ca_file = agents.certificates(tmp_path / "allocator-tls")
-    _, port = allocator(run_service, ca_file)
+    served = tls_endpoint(tmp_path / "allocator-tls")
+    allocator(run_service, served)
     create(custom, load_balancer(namespace))
     remote = spare_loopback()
-    agent = agents.Agent.mint(core, tenant, ca_file)
-    async with AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) as api:
+    agent = agents.Agent.mint(core, tenant, served.ca_file)
+    async with AllocatorClient(served.address, agent.token, agent.channel_credentials()) as api:
         for field, value, rule in REFUSED:
             address, node = (value, remote) if field == "address" else (remote, value)
             with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -259,8 +255,11 @@ async def test_an_endpoint_admitted_while_the_webhook_was_down_is_parked_and_not
     namespace = f"epic-{tenant}"
     xds_env = xds_settings()
     start_xds(run_service, xds_env)
-    ca_file = agents.certificates(tmp_path / "allocator-tls")
-    allocator(run_service, ca_file, TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}")
+    allocator(
+        run_service,
+        tls_endpoint(tmp_path / "allocator-tls"),
+        TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}",
+    )
     good, node = spare_loopback(), spare_loopback()
     async with UDPEcho(good, 5353, name="good"):
         create(custom, load_balancer(namespace))

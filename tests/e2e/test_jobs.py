@@ -10,6 +10,7 @@ no pods (allocatable pods 0) instead.
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -440,7 +441,9 @@ def test_of_two_replicas_one_acts_and_the_standby_takes_over_when_it_crashes(
     assert "standing by" in second.logs() and "created Job" not in second.logs()
 
     first.kill()
+    killed_at = time.monotonic()
     wait_for(lambda: holder().startswith("second_"), "the standby to take the Lease over", timeout=TIMEOUT)
+    print(f"\nfailover: the standby held the Lease {time.monotonic() - killed_at:.2f} s after the leader died")
     create_goop(custom, namespace, "after", jobCount=2)
     assert wait_phase(custom, namespace, "after", "Completed")["succeeded"] == 2
     assert "created Job" in second.logs()

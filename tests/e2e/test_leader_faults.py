@@ -9,6 +9,7 @@ stopped (or when its watchdog ended it); the intervals must not overlap.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -93,11 +94,13 @@ def test_a_leader_whose_api_connection_freezes_stops_acting_before_the_standby_t
         second = run_service("jobs", rbac=True, env={**settings, "POD_NAME": "second"})  # ready, standing by
 
         proxy.set_mode(Mode.FREEZE)
+        frozen_at = time.monotonic()
         wait_for(
             lambda: holder(leases, lease_name).startswith("second_"),
             "the standby to take the unrenewed Lease over",
             timeout=6 * DURATION,
         )
+        print(f"\nfailover: the standby held the Lease {time.monotonic() - frozen_at:.2f} s after the freeze")
         new = wait_for(lambda: leading(second), "the new leader to log that it leads", timeout=DURATION)
 
         def stopped_acting() -> Leading | None:

@@ -24,9 +24,9 @@ from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.rbac import render_chart
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import tls_endpoint, webhook_env
 from tollgate.testing.tools import repo_root
 from tollgate.testing.xds import start_xds, xds_settings
-from tollgate.webhook.certs import generate
 from tollgate.webhook.kinds import KINDS
 
 pytestmark = pytest.mark.e2e
@@ -56,9 +56,7 @@ def scraped_names(process: ServiceProcess) -> set[str]:
 
 @pytest.fixture(scope="module")
 def system(run_module_service: ServiceFactory, tmp_path_factory: pytest.TempPathFactory) -> System:
-    cert_dir = tmp_path_factory.mktemp("webhook-tls")
-    generate(["127.0.0.1"]).write(cert_dir)
-    webhook_port = free_port()
+    webhook_tls = tls_endpoint(tmp_path_factory.mktemp("webhook-tls"))
     allocator_port = free_port()
     xds_env = xds_settings()
     running = {
@@ -78,21 +76,14 @@ def system(run_module_service: ServiceFactory, tmp_path_factory: pytest.TempPath
         "webhook": run_module_service(
             "webhook",
             rbac=True,
-            env={
-                "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
-                "TOLLGATE_WEBHOOK_PORT": str(webhook_port),
-                "TOLLGATE_WEBHOOK_CERT_DIR": str(cert_dir),
-                "TOLLGATE_WEBHOOK_LABEL_SELECTOR": "tollgate.io/e2e=operability",
-            },
+            env=webhook_env(webhook_tls, TOLLGATE_WEBHOOK_LABEL_SELECTOR="tollgate.io/e2e=operability"),
         ),
         "xds": start_xds(run_module_service, xds_env).process,
     }
     # One admission review (a body that is not one: outcome bad-request), so the webhook has a metric of its own.
     insecure = ssl.create_default_context()
     insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
-    review = urllib.request.Request(
-        f"https://127.0.0.1:{webhook_port}{KINDS[0].path('validate')}", data=b"{}", method="POST"
-    )
+    review = urllib.request.Request(f"{webhook_tls.url}{KINDS[0].path('validate')}", data=b"{}", method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(review, timeout=5, context=insecure)
     assert refused.value.code == 400

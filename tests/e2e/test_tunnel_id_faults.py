@@ -24,8 +24,8 @@ from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster, dev_endpoint_policy
 from tollgate.testing.faultproxy import FaultProxy, Mode, api_server_proxy
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import allocator_env, tls_endpoint
 from tollgate.testing.wait import wait_for
 
 GUE = GUEEndpoint(epic_address="192.168.1.40")
@@ -145,11 +145,8 @@ async def test_a_deleted_or_restored_singleton_never_hands_out_an_id_in_use(
     """Backed up before any ID was handed out, the singleton is restored twice: while the allocator runs, and
     while it is stopped. The restored counter is below the IDs in use and its `Initialized` condition says True;
     the allocator raises the counter above them either way."""
-    port = free_port()
-    ca_file = agents.certificates(tmp_path / "allocator-tls")
-    env = {"TOLLGATE_ALLOCATOR_GRPC_ADDRESS": f"127.0.0.1:{port}", "TOLLGATE_ALLOCATOR_LEASE_SECONDS": "3",
-           "TOLLGATE_ALLOCATOR_RECONCILE": "false",
-           "TOLLGATE_ALLOCATOR_GRPC_CERT_DIR": str(ca_file.parent)}  # fmt: skip
+    served = tls_endpoint(tmp_path / "allocator-tls")
+    env = allocator_env(served, TOLLGATE_ALLOCATOR_LEASE_SECONDS="3", TOLLGATE_ALLOCATOR_RECONCILE="false")
 
     def start() -> ServiceProcess:
         return run_service("allocator", rbac=True, env=env)
@@ -157,10 +154,10 @@ async def test_a_deleted_or_restored_singleton_never_hands_out_an_id_in_use(
     allocator = start()
     backup = epic_singleton(custom)
     assert any(c["type"] == "Initialized" and c["status"] == "True" for c in backup["status"]["conditions"])
-    agent = agents.Agent.mint(core, account, ca_file)
+    agent = agents.Agent.mint(core, account, served.ca_file)
 
     async def register(nodes: range) -> None:
-        async with AllocatorClient(f"127.0.0.1:{port}", agent.token, agent.channel_credentials()) as api:
+        async with AllocatorClient(served.address, agent.token, agent.channel_credentials()) as api:
             for index in nodes:
                 await api.register(
                     account, "lb", f"127.77.{80 + index}.1", 8080, node_address=f"127.77.{80 + index}.100"

@@ -26,12 +26,11 @@ from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
 from tollgate.testing import objects
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
 from tollgate.testing.objects import with_value
 from tollgate.testing.services import ServiceProcess
+from tollgate.testing.tls import tls_endpoint, webhook_env
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
-from tollgate.webhook.certs import generate
 from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
 
@@ -80,23 +79,13 @@ def goop(namespace: str, name: str = "g", **spec: Any) -> Obj:
 def webhook(run_service: ServiceFactory, kube: client.ApiClient, tmp_path: Path) -> Iterator[Webhook]:
     """A webhook process of the test's own, registered for objects with the test's label only."""
     label = uuid.uuid4().hex[:12]
-    cert_dir = tmp_path / f"tls-{label}"
-    bundle = generate(["127.0.0.1"])
-    bundle.write(cert_dir)
-    port = free_port()
+    served = tls_endpoint(tmp_path / f"tls-{label}")
     process = run_service(
-        "webhook",
-        rbac=True,
-        env={
-            "TOLLGATE_WEBHOOK_HOST": "127.0.0.1",
-            "TOLLGATE_WEBHOOK_PORT": str(port),
-            "TOLLGATE_WEBHOOK_CERT_DIR": str(cert_dir),
-            "TOLLGATE_WEBHOOK_LABEL_SELECTOR": f"{LABEL}={label}",
-        },
+        "webhook", rbac=True, env=webhook_env(served, TOLLGATE_WEBHOOK_LABEL_SELECTOR=f"{LABEL}={label}")
     )
     registration = Registration(
-        ca_bundle=bundle.ca,
-        url=f"https://127.0.0.1:{port}",
+        ca_bundle=served.ca,
+        url=served.url,
         name=f"tollgate-webhook-e2e-{label}",
         object_selector={"matchLabels": {LABEL: label}},
     )

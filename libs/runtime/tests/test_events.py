@@ -1,15 +1,15 @@
-"""The one Event builder every service posts with, checked against the real API server."""
+"""The one Event path every service posts with (EventRecorder), checked against the real API server."""
 
 from __future__ import annotations
 
-from typing import cast
-
+import pytest
 from kubernetes import client
 
-from tollgate.runtime.kube import event_body, object_reference
+from tollgate.runtime.events import EventRecorder
+from tollgate.runtime.kube import object_reference
 
 
-def test_an_event_about_an_object_is_stored_as_kubectl_describe_shows_it(
+async def test_an_event_about_an_object_is_stored_as_kubectl_describe_shows_it(
     kube: client.ApiClient, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube)
@@ -18,11 +18,12 @@ def test_an_event_about_an_object_is_stored_as_kubectl_describe_shows_it(
     )
     subject = kube.sanitize_for_serialization(config_map)
     subject |= {"apiVersion": "v1", "kind": "ConfigMap"}
-    body = event_body(object_reference(subject), "Warning", "Probed", "x" * 2000, "tollgate-test", namespace)
-    core.create_namespaced_event(namespace, cast(client.CoreV1Event, body))  # the client takes plain dicts too
+    events = EventRecorder(kube, "tollgate-test")
+    assert await events.post(object_reference(subject), "Warning", "Probed", "x" * 2000, host="node-a")
 
     (event,) = core.list_namespaced_event(namespace, field_selector="involvedObject.name=subject").items
     assert (event.type, event.reason, event.source.component, event.count) == ("Warning", "Probed", "tollgate-test", 1)
+    assert event.source.host == "node-a"
     assert event.message == "x" * 1024, "cut to the API server's limit"
     reference = event.involved_object
     assert (reference.kind, reference.name, reference.namespace, reference.uid) == (
@@ -32,3 +33,11 @@ def test_an_event_about_an_object_is_stored_as_kubectl_describe_shows_it(
         config_map.metadata.uid,
     )
     assert event.metadata.name.startswith("subject.")
+
+
+async def test_an_event_the_api_server_refuses_is_logged_and_reported_lost(
+    kube: client.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    about = {"apiVersion": "v1", "kind": "ConfigMap", "name": "subject", "namespace": "no-such-namespace"}
+    assert not await EventRecorder(kube, "tollgate-test").post(about, "Normal", "Probed", "lost")
+    assert "cannot post Event Probed on no-such-namespace/subject" in caplog.text

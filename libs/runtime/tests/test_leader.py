@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.leaderelection import leaderelection
 
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.leader import EXIT_LEASE_LOST, LeaderElector, LeaseConfig, LeaseLost
@@ -93,6 +95,30 @@ async def test_a_holder_whose_lease_was_taken_learns_it_has_lost_it(kube: client
         await asyncio.wait_for(holder.keep(stop), 2 * DURATION)
     await holder.release()
     assert lease_spec(kube, namespace).holder_identity == "intruder", "a replica releases only its own Lease"
+
+
+class SteppedClock:
+    """The wall clock, stepped forward by `offset` seconds (as NTP may step it)."""
+
+    offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+async def test_a_standby_whose_clock_steps_forward_does_not_take_over_a_renewed_lease(
+    kube: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = LeaseConfig(namespace, "probe", "holder", duration=60)
+    holder = LeaderElector(kube, config)
+    standby = LeaderElector(kube, dataclasses.replace(config, identity="standby"))
+    assert await holder.try_acquire()
+    clock = SteppedClock()
+    monkeypatch.setattr(leaderelection, "time", clock)  # the library times expiry with time.time()
+    assert not await standby.try_acquire(timeout=DURATION)
+    clock.offset = 10 * config.duration
+    assert not await standby.try_acquire(timeout=DURATION), "the record changed less than a duration ago"
+    assert lease_spec(kube, namespace).holder_identity == "holder"
 
 
 def test_a_lease_shorter_than_two_seconds_is_refused() -> None:

@@ -18,11 +18,12 @@ import yaml
 from opentelemetry.sdk.trace import TracerProvider
 
 from tollgate.models import kind_for
+from tollgate.runtime.certificates import ServingCertificate
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.api.app import Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import Store, store_for
-from tollgate.webhook.certs import ReloadingContext, generate
+from tollgate.webhook.certs import generate
 from tollgate.webhook.defaulting import JSONPatch, default_patch
 from tollgate.webhook.kinds import Model
 from tollgate.webhook.validation import INDEXES, Limits, parse, validate
@@ -143,7 +144,7 @@ class RunningServer:
     ) -> None:
         self.cert_dir = cert_dir
         self.reload_seconds = reload_seconds
-        tls = ReloadingContext(cert_dir / "tls.crt", cert_dir / "tls.key")
+        tls = ServingCertificate(cert_dir)
         app = create_app(Admitter(store, limits), tracer_provider)
         self.server = AdmissionServer(app, "127.0.0.1", 0, tls)
         self.url = f"https://127.0.0.1:{self.server.port}"

@@ -12,8 +12,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from kubernetes import client, config
 
-from tollgate.models.base import now_rfc3339
-
 
 @dataclass(frozen=True)
 class KubeTimeouts:
@@ -126,26 +124,3 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
         "uid": meta.get("uid"),
     }
     return {key: str(value) for key, value in reference.items() if value}
-
-
-def event_body(
-    involved: Mapping[str, str], type_: str, reason: str, message: str, component: str, namespace: str
-) -> dict[str, Any]:
-    """A core/v1 Event about `involved` (an object reference), to create in `namespace`."""
-    now = now_rfc3339()
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{involved.get('name', 'object')}.", "namespace": namespace},
-        "involvedObject": {key: value for key, value in involved.items() if value},
-        "type": type_,
-        "reason": reason,
-        "message": message[:1024],  # the API server's limit
-        "source": {"component": component},
-        "reportingComponent": component,
-        "reportingInstance": component,
-        "action": reason,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }

@@ -1,40 +1,57 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, the way client-go's leaderelection package does it.
+"""Leader election on a coordination.k8s.io/v1 Lease, by the kubernetes client's own `leaderelection` package.
 
-One replica holds the Lease and works; the others stand by, reading it every `retry` seconds. A standby
-takes the Lease over when the holder hands it back (a clean shutdown clears `holderIdentity`) or when the
-record has not changed for `leaseDurationSeconds` as timed on the standby's own clock, so clocks that
-disagree between nodes do not matter. Every write is a replace at the resourceVersion just read: of two
-replicas racing for the Lease, one gets a Conflict and stays a standby.
+One replica holds the Lease and works; the others stand by, trying it every period. The election itself is the
+library's (`LeaderElection.try_acquire_or_renew` over its `LeaseLock`): a standby takes the Lease over when the
+holder hands it back or when the record has not changed for the lease duration as timed on the standby's own
+clock, and every write is a replace at the resourceVersion just read, so of two replicas racing for the Lease one
+gets a Conflict and stays a standby.
 
-A holder that cannot renew for `renew_deadline` gives up, and must have stopped acting `stop_margin` later;
-both together are shorter than the lease duration, and both are timed from the start of the last renewal that
+The library's own loops (`LeaderElection.run`) are not used, because they lack what the safety property needs:
+a holder that cannot renew for `renew_deadline` gives up, and must have stopped acting `stop_margin` later; both
+together are shorter than the lease duration, and both are timed from the start of the last renewal that
 succeeded (before the API server wrote it, so before any standby saw it), so the holder has stopped before any
-standby could take over: two replicas never act at once. Every renew attempt is bounded in time, whatever the
-network does (a half-open connection, a frozen peer), and a watchdog thread, which needs neither the event loop
-nor the network, ends the process if the holder has not stopped by its deadline.
+standby could take over: two replicas never act at once. The library's loops block a thread forever (no stop),
+put no bound on a call (a half-open connection or a frozen peer hangs the renewal past the deadline), never hand
+the Lease back on a clean stop, and have nothing that ends a holder whose work will not stop. So this module
+drives the library's single step from asyncio: each attempt bounded in time (its API calls time out within the
+period, and the attempt is abandoned at the period), on one thread of its own (the library's state is not
+thread-safe), a release that clears `holderIdentity`, and a watchdog thread, which needs neither the event loop
+nor the network, that ends the process if the holder has not stopped by its deadline. The library's LeaseLock is
+extended only to count `leaseTransitions` (as client-go does, and `kubectl describe lease` shows) and to check a
+takeover against the monotonic clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import urllib3
 from kubernetes import client
+from kubernetes.leaderelection.electionconfig import Config
+from kubernetes.leaderelection.leaderelection import LeaderElection
+from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from tollgate.runtime.kube import is_conflict, is_not_found
+from tollgate.runtime.kube import TimeoutApiClient, timeouts
 from tollgate.runtime.settings import ControllerSettings
 
 log = logging.getLogger("tollgate.runtime.leader")
+# The library logs every standby's every try at INFO ("yet to finish lease_duration"); its warnings still show.
+logging.getLogger("leaderelection").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -64,17 +81,11 @@ class LeaseConfig:
         a sixth of the duration for clocks that run at different rates and for the standby's reads."""
         return self.duration / 6
 
-
-def claimed(spec: client.V1LeaseSpec, identity: str, duration: float, now: datetime) -> client.V1LeaseSpec:
-    """The Lease spec once `identity` has renewed it, or taken it over: a new acquire time, one more transition."""
-    taking_over = spec.holder_identity != identity
-    return client.V1LeaseSpec(
-        holder_identity=identity,
-        lease_duration_seconds=max(1, round(duration)),
-        acquire_time=now if taking_over else spec.acquire_time,
-        renew_time=now,
-        lease_transitions=(spec.lease_transitions or 0) + (1 if taking_over and spec.acquire_time else 0),
-    )
+    @property
+    def whole_seconds(self) -> int:
+        """The duration as the Lease records it and the library times it: whole seconds, rounded up, so that a
+        standby never waits less than `duration`."""
+        return math.ceil(self.duration)
 
 
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: the process is to be started again, as a standby
@@ -94,108 +105,90 @@ async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
 API_ERRORS = (client.ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-class LeaderElector:
-    """Acquire, keep and release one Lease. The Kubernetes client is synchronous: calls run in threads."""
+class _GuardedLeaseLock(LeaseLock):
+    """The library's LeaseLock, on the given client, that counts `leaseTransitions` when the holder changes, and
+    refuses to take over a record that has not gone unchanged for the lease duration on the monotonic clock (the
+    library times expiry with time.time(), which a clock step can move forward)."""
 
     def __init__(self, api: client.ApiClient, config: LeaseConfig) -> None:
-        self.api = client.CoordinationV1Api(api)
+        super().__init__(config.name, config.namespace, config.identity)  # type: ignore[no-untyped-call]
+        self.api_instance = client.CoordinationV1Api(api)
+        self.duration = config.whole_seconds
+        self.seen_holder: str | None = None
+        self._seen: tuple[object, ...] | None = None
+        self._seen_at = 0.0  # monotonic time the record read last changed
+
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        found, record = super().get(name, namespace)  # type: ignore[no-untyped-call]
+        if found:
+            self.seen_holder = record.holder_identity
+            seen = (record.holder_identity, record.renew_time, record.acquire_time, record.lease_duration)
+            if seen != self._seen:
+                self._seen, self._seen_at = seen, time.monotonic()
+        return found, record
+
+    def update(self, name: str, namespace: str, record: LeaderElectionRecord) -> bool:
+        taking_over = bool(self.seen_holder) and record.holder_identity not in ("", self.seen_holder)
+        if taking_over and time.monotonic() - self._seen_at < self.duration:
+            log.warning("not taking over a Lease renewed within its duration", extra={"holder": self.seen_holder})
+            return False
+        return bool(super().update(name, namespace, record))  # type: ignore[no-untyped-call]
+
+    def get_lease_spec(self, record: LeaderElectionRecord, current_spec: Any = None) -> client.V1LeaseSpec:
+        previous = current_spec.holder_identity if current_spec is not None else None
+        spec: client.V1LeaseSpec = super().get_lease_spec(record, current_spec)  # type: ignore[no-untyped-call]
+        if current_spec is not None and record.holder_identity and record.holder_identity != previous:
+            spec.lease_transitions = (spec.lease_transitions or 0) + 1
+        return spec
+
+
+class LeaderElector:
+    """Acquire, keep and release one Lease through the library's election step, run on a thread of its own."""
+
+    def __init__(self, api: client.ApiClient, config: LeaseConfig) -> None:
         self.config = config
-        self._observed: tuple[object, ...] | None = None
-        self._observed_at = 0.0
+        # Every call of the election's gives up within a period (urllib3 retries it once, on a new connection).
+        bounded = TimeoutApiClient(api.configuration, dataclasses.replace(timeouts(), request=config.period))
+        self._lock = _GuardedLeaseLock(bounded, config)
+        self._election = LeaderElection(  # type: ignore[no-untyped-call]
+            Config(  # type: ignore[no-untyped-call]
+                lock=self._lock,
+                lease_duration=config.whole_seconds,
+                # The library checks these against its own loops, which are not used (see the module's docstring).
+                renew_deadline=config.renew_deadline,
+                retry_period=max(1.0, config.period),
+                onstarted_leading=lambda: None,
+                onstopped_leading=None,
+            )
+        )
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lease-{config.name}")
         self._renewed_at = 0.0  # monotonic start of the last write of the Lease that succeeded
 
-    async def _read(self, timeout: float) -> client.V1Lease | None:
-        try:
-            return await asyncio.to_thread(
-                self.api.read_namespaced_lease, self.config.name, self.config.namespace, _request_timeout=timeout
-            )
-        except client.ApiException as error:
-            if is_not_found(error):
-                return None
-            raise
+    def _step(self) -> tuple[bool, str | None]:
+        """The library's one election step (in the elector's thread): whether this replica holds the Lease now,
+        and the holder the Lease named when last read (before this replica's own write)."""
+        held = bool(self._election.try_acquire_or_renew())  # type: ignore[no-untyped-call]
+        return held, self._lock.seen_holder
 
-    async def _write(self, lease: client.V1Lease, spec: client.V1LeaseSpec, timeout: float) -> bool:
-        """Replace the Lease with `spec` at the version read; False when another replica wrote first."""
-        lease.spec = spec
-        try:
-            await asyncio.to_thread(
-                self.api.replace_namespaced_lease,
-                self.config.name,
-                self.config.namespace,
-                lease,
-                _request_timeout=timeout,
-            )
-        except client.ApiException as error:
-            if is_conflict(error):
-                return False
-            raise
-        return True
-
-    async def _create(self, timeout: float) -> bool:
-        spec = claimed(client.V1LeaseSpec(), self.config.identity, self.config.duration, datetime.now(UTC))
-        lease = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=self.config.name, namespace=self.config.namespace), spec=spec
-        )
-        try:
-            await asyncio.to_thread(
-                self.api.create_namespaced_lease, self.config.namespace, lease, _request_timeout=timeout
-            )
-        except client.ApiException as error:
-            if is_conflict(error):
-                return False
-            raise
-        return True
-
-    def _expired(self, spec: client.V1LeaseSpec) -> bool:
-        """Whether the holder has let the Lease lapse, timed from when this replica saw the record change."""
-        if not spec.holder_identity:
-            return True
-        record = (spec.holder_identity, spec.renew_time, spec.lease_transitions)
-        if record != self._observed:
-            self._observed, self._observed_at = record, time.monotonic()
-        duration = float(spec.lease_duration_seconds or self.config.duration)
-        return time.monotonic() - self._observed_at > duration
-
-    async def _bounded(self, timeout: float, attempt: Callable[[float], Awaitable[bool]]) -> bool:
-        """`attempt` at writing the Lease, given at most `timeout` seconds (TimeoutError after that); when it
-        wrote, the Lease counts as renewed from the moment the attempt started."""
+    async def _attempt(self, timeout: float) -> tuple[bool, str | None]:
+        """One election step, given at most `timeout` seconds (TimeoutError after that); when it holds the Lease,
+        the Lease counts as renewed from the moment the step started."""
         started = time.monotonic()
-        # The threads' own request timeouts end stalled calls; the asyncio timeout also covers the wait for a
-        # free thread, which calls hung elsewhere in the process may hold.
+        # The calls' own timeouts end stalled calls; the asyncio timeout also covers the wait for the thread,
+        # which an abandoned step may still hold.
         async with asyncio.timeout(timeout):
-            wrote = await attempt(timeout)
-        if wrote:
+            held, holder = await asyncio.get_running_loop().run_in_executor(self._thread, self._step)
+        if held:
             self._renewed_at = started
-        return wrote
+        return held, holder
 
     async def try_acquire(self, timeout: float | None = None) -> bool:
         """One attempt, of at most `timeout` seconds (default: the period): True when this replica holds the
         Lease afterwards. Raises TimeoutError when the API server did not answer in time."""
-        return await self._bounded(timeout or self.config.period, self._acquire_once)
-
-    async def _acquire_once(self, timeout: float) -> bool:
-        lease = await self._read(timeout)
-        if lease is None:
-            return await self._create(timeout)
-        spec = lease.spec or client.V1LeaseSpec()
-        mine = spec.holder_identity == self.config.identity
-        if not mine and not self._expired(spec):
-            return False
-        previous = spec.holder_identity or "nobody"
-        claim = claimed(spec, self.config.identity, self.config.duration, datetime.now(UTC))
-        if not await self._write(lease, claim, timeout):
-            return False
-        if not mine:
-            log.info("took over the Lease", extra={"lease": self._where(), "previous_holder": previous})
-        return True
-
-    async def _renew_once(self, timeout: float) -> bool:
-        lease = await self._read(timeout)
-        holder = lease.spec.holder_identity if lease is not None and lease.spec is not None else None
-        if lease is None or lease.spec is None or holder != self.config.identity:
-            raise LeaseLost(f"Lease {self._where()} is now held by {holder or 'nobody'}")
-        claim = claimed(lease.spec, self.config.identity, self.config.duration, datetime.now(UTC))
-        return await self._write(lease, claim, timeout)
+        held, holder = await self._attempt(timeout or self.config.period)
+        if held and holder != self.config.identity:
+            log.info("took over the Lease", extra={"lease": self._where(), "previous_holder": holder or "nobody"})
+        return held
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait until this replica holds the Lease (True), or until `stop` is set (False)."""
@@ -230,11 +223,15 @@ class LeaderElector:
             try:
                 # At most a period, so that an attempt stuck on a dead connection leaves time for another one,
                 # on a new connection, before the deadline.
-                await self._bounded(min(self.config.period, remaining), self._renew_once)
+                held, holder = await self._attempt(min(self.config.period, remaining))
             except TimeoutError:
                 log.warning("cannot renew the Lease: no answer in time", extra={"lease": self._where()})
+                continue
             except API_ERRORS as error:
                 log.warning("cannot renew the Lease", extra={"lease": self._where(), "error": repr(error)})
+                continue
+            if not held and holder != self.config.identity:
+                raise LeaseLost(f"Lease {self._where()} is now held by {holder or 'nobody'}")
 
     @contextlib.contextmanager
     def watchdog(self) -> Iterator[None]:
@@ -261,20 +258,25 @@ class LeaderElector:
         done.set()
         thread.join()
 
+    def _release(self) -> bool:
+        """Hand the Lease back through the library's lock, as client-go does: no holder, a one-second duration."""
+        found, record = self._lock.get(self.config.name, self.config.namespace)
+        if not found or record is None or record.holder_identity != self.config.identity:
+            return False
+        now = str(datetime.now(UTC))
+        released = LeaderElectionRecord("", "1", now, now)  # type: ignore[no-untyped-call]
+        return bool(self._lock.update(self.config.name, self.config.namespace, released))
+
     async def release(self) -> None:
         """Hand the Lease back so a standby takes over at once (nothing to do when another replica holds it)."""
-        timeout = self.config.period
         try:
-            async with asyncio.timeout(timeout):
-                lease = await self._read(timeout)
-                if lease is None or lease.spec is None or lease.spec.holder_identity != self.config.identity:
-                    return
-                spec = lease.spec
-                spec.holder_identity, spec.lease_duration_seconds, spec.renew_time = None, 1, datetime.now(UTC)
-                if await self._write(lease, spec, timeout):
+            async with asyncio.timeout(self.config.period):
+                if await asyncio.get_running_loop().run_in_executor(self._thread, self._release):
                     log.info("released the Lease", extra={"lease": self._where()})
         except (TimeoutError, *API_ERRORS) as error:
             log.warning("cannot release the Lease", extra={"lease": self._where(), "error": repr(error)})
+        finally:
+            self._thread.shutdown(wait=False, cancel_futures=True)
 
     def _where(self) -> str:
         return f"{self.config.namespace}/{self.config.name}"

@@ -24,9 +24,10 @@ from tollgate.allocator.reconcile import Reconciler
 from tollgate.allocator.registry import Registry
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
 from tollgate.models.epic import SYSTEM_NAMESPACE, EPICSpec, GUEEndpoint
+from tollgate.runtime.backoff import Stopped, is_transient, until_done
+from tollgate.runtime.certificates import ServingCertificate
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
-from tollgate.runtime.retry import Stopped, is_transient, until_done
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
@@ -85,7 +86,7 @@ def credentials(settings: Settings) -> grpc.ServerCredentials | None:
             "(set TOLLGATE_ALLOCATOR_GRPC_CERT_DIR to serve TLS)"
         )
         return None
-    return grpc_server.CertificateFiles(settings.grpc_cert_dir).credentials()
+    return ServingCertificate(settings.grpc_cert_dir).grpc_credentials()
 
 
 def limits(settings: Settings) -> grpc_server.Limits:

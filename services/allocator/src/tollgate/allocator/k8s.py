@@ -18,8 +18,8 @@ from kubernetes import client, watch
 
 from tollgate.models.base import CustomResource, now_rfc3339
 from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR
+from tollgate.runtime.events import EventRecorder
 from tollgate.runtime.kube import (
-    event_body,
     is_conflict,
     is_not_found,
     object_reference,
@@ -27,7 +27,6 @@ from tollgate.runtime.kube import (
     timeouts,
 )
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
-from tollgate.runtime.retry import is_api_failure
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -45,6 +44,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.events = EventRecorder(api, FIELD_MANAGER)
 
     @staticmethod
     async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -260,15 +260,7 @@ class Kube:
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on `obj` (a decision a user would wonder about)."""
-        meta = obj["metadata"]
-        type_ = "Warning" if warning else "Normal"
-        body = event_body(object_reference(obj), type_, reason, message, FIELD_MANAGER, meta["namespace"])
-        try:
-            await self._call(self.core.create_namespaced_event, meta["namespace"], body)
-        except Exception as error:  # an Event is a courtesy: losing one must not fail the decision
-            if not is_api_failure(error):
-                raise
-            log.warning("cannot post Event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], error)
+        await self.events.post(object_reference(obj), "Warning" if warning else "Normal", reason, message)
 
     # agent credentials: one Secret per account, its namespace the account (tollgate.allocator.credentials)
 

@@ -17,7 +17,8 @@ from urllib.parse import quote, urlencode
 from kubernetes import client
 
 from tollgate.models.routedip import GROUP, VERSION
-from tollgate.runtime.kube import api_client, event_body
+from tollgate.runtime.events import EventRecorder
+from tollgate.runtime.kube import api_client
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -32,6 +33,7 @@ class Kube:
     def __init__(self, kubeconfig: Path | None, threads: int = 32) -> None:
         self.api = api_client(kubeconfig, pool_size=threads)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+        self.events = EventRecorder(self.api, REPORTING_COMPONENT, self._executor)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -119,7 +121,5 @@ class Kube:
     async def post_event(
         self, involved: Mapping[str, Any], type_: str, reason: str, message: str, namespace: str | None = None
     ) -> None:
-        """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid)."""
-        target_namespace = involved.get("namespace") or namespace or "default"
-        body = event_body(involved, type_, reason, message, REPORTING_COMPONENT, target_namespace)
-        await self.request("POST", _path("api", "v1", "namespaces", target_namespace, "events"), body)
+        """A core/v1 Event about `involved` (apiVersion, kind, name, namespace, uid); a failure is logged."""
+        await self.events.post(involved, type_, reason, message, namespace=namespace)

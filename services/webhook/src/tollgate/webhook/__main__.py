@@ -15,13 +15,13 @@ import uvloop
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.runtime.certificates import ServingCertificate
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import EndpointPolicySettings, RoutedIPTrustSettings, ServiceSettings
 from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
 from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
-from tollgate.webhook.certs import CERT_FILE, KEY_FILE, ReloadingContext
 from tollgate.webhook.k8s import start_informers
 from tollgate.webhook.kinds import kind_of
 from tollgate.webhook.registration import TIMEOUT_SECONDS
@@ -63,7 +63,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     context.health.add_readiness_check(
         "cache", lambda: not store.unsynced() or f"not listed yet: {', '.join(store.unsynced())}"
     )
-    tls = ReloadingContext(settings.cert_dir / CERT_FILE, settings.cert_dir / KEY_FILE)
+    tls = ServingCertificate(settings.cert_dir)
     admitter = Admitter(
         store,
         Limits(

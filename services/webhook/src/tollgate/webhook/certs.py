@@ -1,4 +1,4 @@
-"""Serving certificates: a development CA and certificate, and a TLS context that reloads changed files.
+"""Serving certificates: a development CA and certificate (tollgate.runtime.certificates serves and reloads them).
 
 The files follow the layout of a `kubernetes.io/tls` Secret (and of cert-manager's): `tls.crt`, `tls.key`
 and `ca.crt` in one directory, so the same service runs on a generated pair, a Helm-generated Secret or a
@@ -7,10 +7,8 @@ cert-manager Certificate.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
-import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,9 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tollgate.runtime.certificates import CERT_FILE, KEY_FILE
+
 log = logging.getLogger("tollgate.webhook.certs")
 
-CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+CA_FILE = "ca.crt"
 
 
 @dataclass(frozen=True)
@@ -125,47 +125,3 @@ def ensure(directory: Path, hosts: list[str]) -> Bundle:
     if not all(path.exists() for path in paths):
         generate(hosts).write(directory)
     return Bundle(*(path.read_bytes() for path in paths))
-
-
-class ReloadingContext:
-    """A server TLS context whose certificate follows `tls.crt`/`tls.key` on disk.
-
-    New handshakes use the new pair as soon as `reload()` sees changed files; connections already open keep
-    theirs. A half-written or mismatched pair is logged and skipped: the previous pair keeps serving.
-    """
-
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._fingerprint = b""
-        if not self.reload():
-            raise FileNotFoundError(f"no usable certificate and key at {cert_file} and {key_file}")
-
-    def _read(self) -> bytes | None:
-        try:
-            return self.cert_file.read_bytes() + b"\0" + self.key_file.read_bytes()
-        except OSError:
-            return None
-
-    def reload(self) -> bool:
-        """Load the pair when it changed; True when the context now serves what the files hold."""
-        content = self._read()
-        if content is None:
-            return False
-        fingerprint = hashlib.sha256(content).digest()
-        if fingerprint == self._fingerprint:
-            return True
-        try:
-            # Check the pair on a scratch context first: a failed load can leave a context without its key.
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert_file, self.key_file)
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (ssl.SSLError, OSError) as error:
-            log.warning("certificate not reloaded", extra={"cert_file": str(self.cert_file), "error": str(error)})
-            return False
-        first = not self._fingerprint
-        self._fingerprint = fingerprint
-        if not first:
-            log.info("serving certificate reloaded", extra={"cert_file": str(self.cert_file)})
-        return True

@@ -13,6 +13,7 @@ import kopf
 from kubernetes import client
 
 from tollgate.models import epic, servicemesh
+from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.operator import configure
 from tollgate.xds.k8s import list_watched
 from tollgate.xds.resync import Mirror
@@ -33,8 +34,9 @@ WATCHED = {
 # The first resync comes this soon (the watches have listed by then): an object deleted between the first listing and
 # the watches' own is gone from Envoys within seconds, not a whole period.
 FIRST_RESYNC = 15
-# A watch reconnects after this many seconds, times a random factor of 1 to 2, so replicas do not reconnect together.
-RECONNECT_BACKOFF = 0.5
+# A watch reconnects after 0.5 to 1 s (drawn once per process: kopf takes a plain number), so replicas do not
+# reconnect together.
+RECONNECT_BACKOFF = Backoff(base=1.0, cap=1.0, jitter=0.5)
 
 
 def register(registry: kopf.OperatorRegistry, server: XdsServer, mirror: Mirror, watch_timeout: float) -> None:
@@ -44,7 +46,7 @@ def register(registry: kopf.OperatorRegistry, server: XdsServer, mirror: Mirror,
         # A watch that receives nothing (not even a bookmark) for this long is taken as half-open and reopened.
         settings.watching.inactivity_timeout = watch_timeout
         settings.watching.connect_timeout = min(watch_timeout, 10)
-        settings.watching.reconnect_backoff = RECONNECT_BACKOFF * random.uniform(1, 2)
+        settings.watching.reconnect_backoff = RECONNECT_BACKOFF.pause(0)
 
     for plural, (group, version, setter) in WATCHED.items():
 

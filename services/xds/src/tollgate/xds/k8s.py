@@ -7,13 +7,13 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
-from tollgate.runtime.kube import event_body, is_not_found, object_reference
-from tollgate.runtime.retry import is_api_failure
+from tollgate.runtime.events import EventRecorder
+from tollgate.runtime.kube import is_not_found, object_reference
 from tollgate.xds.api.auth import User
 from tollgate.xds.identity import Refusal
 
@@ -25,6 +25,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
+        self.events = EventRecorder(api, COMPONENT)
 
     async def patch_virtual_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Merge-patch the status subresource; False when the object is gone."""
@@ -46,17 +47,7 @@ class Kube:
 
     async def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about `obj` (failures are logged: an Event is never worth failing a pass)."""
-        meta = obj.get("metadata", {})
-        namespace = meta.get("namespace") or "default"
-        body = event_body(object_reference(obj), type_, reason, message, COMPONENT, namespace)
-        try:
-            # The client serializes a plain dict body as it does its own model.
-            event = cast(client.CoreV1Event, body)
-            await asyncio.to_thread(self.core.create_namespaced_event, namespace, event)
-        except Exception as error:
-            if not is_api_failure(error):
-                raise
-            log.warning("cannot post Event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
+        await self.events.post(object_reference(obj), type_, reason, message)
 
 
 class RefusalEvents:

@@ -15,8 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from tollgate.models.servicemesh import VirtualServiceStatus
-from tollgate.runtime.backoff import Backoff
-from tollgate.runtime.retry import is_api_failure
+from tollgate.runtime.backoff import Backoff, is_api_failure
 from tollgate.xds import ir
 from tollgate.xds.k8s import Kube
 from tollgate.xds.server import XdsServer

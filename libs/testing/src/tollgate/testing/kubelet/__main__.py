@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes import client
 
+from tollgate.runtime.events import EventRecorder
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.testing.kubelet.image import load_images
-from tollgate.testing.kubelet.runtime import Kubelet, Node, Settings
+from tollgate.testing.kubelet.runtime import COMPONENT, Kubelet, Node, Settings
 from tollgate.testing.kubelet.spec import service_env
 from tollgate.testing.pods import Watches
 from tollgate.testing.tools import repo_root, tool
@@ -48,7 +49,8 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     podnet = tool(PODNET)
     images = load_images(repo_root(), sys.prefix)
     async with aiohttp.ClientSession() as session:
-        node = Node(core, settings, images, service_env(api_url), podnet, image_files(podnet), session)
+        events = EventRecorder(api, COMPONENT)
+        node = Node(core, settings, images, service_env(api_url), podnet, image_files(podnet), session, events)
         kubelet = Kubelet(node, api_address, urlsplit(api_url).port or 443)
         kubelet.write_hosts()
         context.health.add_readiness_check("pods", lambda: kubelet.synced or "pods not listed yet")

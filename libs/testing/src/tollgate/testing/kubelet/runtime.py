@@ -25,7 +25,8 @@ from pydantic_settings import SettingsConfigDict
 
 from tollgate.models.base import now_rfc3339
 from tollgate.runtime.backoff import Backoff
-from tollgate.runtime.kube import event_body, object_reference
+from tollgate.runtime.events import EventRecorder
+from tollgate.runtime.kube import object_reference
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.kubelet.container import LaunchPlan
 from tollgate.testing.kubelet.hosts import hosts_text, rewrite
@@ -99,6 +100,7 @@ class Node:
     podnet: Path
     reachable: list[str]  # the image's files (interpreter, venv, checkout, shim): see container.py
     session: aiohttp.ClientSession
+    events: EventRecorder  # posts as COMPONENT
 
 
 def _where(pod: JSON) -> str:
@@ -327,16 +329,7 @@ class PodWorker:
         involved = {**object_reference(self.pod), "apiVersion": "v1", "kind": "Pod"}
         if container is not None:
             involved["fieldPath"] = f"spec.containers{{{container['name']}}}"
-        body = event_body(involved, type_, reason, message, COMPONENT, self.pod["metadata"]["namespace"])
-        body["source"]["host"] = self.pod["spec"].get("nodeName", "")
-        try:
-            await asyncio.to_thread(
-                self.node.core.create_namespaced_event,
-                self.pod["metadata"]["namespace"],
-                cast(client.CoreV1Event, body),
-            )
-        except client.ApiException as error:
-            log.warning("cannot post Event %s on %s: %s", reason, _where(self.pod), error.reason)
+        await self.node.events.post(involved, type_, reason, message, host=self.pod["spec"].get("nodeName", ""))
 
     async def _objects(self, wanted: set[tuple[str, str]]) -> Objects:
         """The Secrets and ConfigMaps (kind, name) of the pod's namespace, None for those that do not exist."""

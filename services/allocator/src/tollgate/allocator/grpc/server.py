@@ -5,10 +5,8 @@ concurrent calls."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -233,44 +231,6 @@ class Limits:
 
     max_message_bytes: int = 64 * 1024
     max_concurrent_rpcs: int = 256
-
-
-CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
-
-
-class CertificateFiles:
-    """The serving pair in `directory` (tls.crt, tls.key: a kubernetes.io/tls Secret mounted as files), re-read
-    by the TLS handshakes that follow a change, so a renewed certificate needs no restart."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.seen: tuple[int, ...] = ()
-
-    def _stamp(self) -> tuple[int, ...]:
-        stats = [os.stat(self.directory / name) for name in (CERT_FILE, KEY_FILE)]
-        return tuple(value for s in stats for value in (s.st_mtime_ns, s.st_size, s.st_ino))
-
-    def _configuration(self) -> grpc.ServerCertificateConfiguration:
-        key, cert = (self.directory / KEY_FILE).read_bytes(), (self.directory / CERT_FILE).read_bytes()
-        return grpc.ssl_server_certificate_configuration([(key, cert)])
-
-    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        """Called by gRPC before each handshake: a new configuration when the files changed, else None."""
-        try:
-            stamp = self._stamp()
-            if stamp == self.seen:
-                return None
-            configuration = self._configuration()
-        except (OSError, ValueError) as error:  # half-renewed or unreadable: keep serving the last good pair
-            log.warning("cannot reload the serving certificate from %s: %s", self.directory, error)
-            return None
-        self.seen = stamp
-        log.info("serving certificate loaded", extra={"directory": str(self.directory)})
-        return configuration
-
-    def credentials(self) -> grpc.ServerCredentials:
-        self.seen = self._stamp()
-        return grpc.dynamic_ssl_server_credentials(self._configuration(), self.fetch)
 
 
 async def start(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from tollgate.webhook.certs import ReloadingContext
+from tollgate.runtime.certificates import ServingCertificate
 
 log = logging.getLogger("tollgate.webhook.server")
 
@@ -29,13 +29,13 @@ class _Server(uvicorn.Server):
 class AdmissionServer:
     """Serves `app` over HTTPS on host:port until `stop()`; `tls` is polled for new certificate files."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, tls: ReloadingContext) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, tls: ServingCertificate) -> None:
         self.tls = tls
         self.socket = _listen(host, port)
         self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(
             app,
-            ssl_context_factory=lambda _config, _default: tls.context,
+            ssl_context_factory=lambda _config, _default: tls.ssl_context(),
             http="httptools",
             log_config=None,
             access_log=False,
