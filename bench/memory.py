@@ -56,6 +56,7 @@ USER_NAMESPACE = f"epic-{ACCOUNT}"
 SYSTEM_NAMESPACE = "tollgate-system"
 WEBHOOK_LABEL = "webhook.tollgate.io/bench-memory"
 CLIENTS = 8
+PER_NODE_IP_LIMIT = 256  # the most a ClusterRoutedIPClass allows
 Obj = dict[str, Any]
 
 
@@ -191,12 +192,12 @@ def xds_bodies(count: int) -> list[Obj]:
 
 
 def routedip_prepare(kube: client.ApiClient, count: int, labels: dict[str, str] | None = None) -> None:
-    """The Service the RoutedIPs back and their class, which allows `count` of them on one node."""
+    """The Service the RoutedIPs back and their class (as many on one node as its schema allows)."""
     core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
     namespace(core, NAMESPACE)
     namespace(core, SYSTEM_NAMESPACE)
     core.create_namespaced_service(NAMESPACE, {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}})  # type: ignore[arg-type]
-    ip_class = objects.routed_ip_class("bench", perNodeIPLimit=count, moveCooldownSeconds=0)
+    ip_class = objects.routed_ip_class("bench", perNodeIPLimit=PER_NODE_IP_LIMIT, moveCooldownSeconds=0)
     ip_class["metadata"]["labels"] = labels or {}
     objects.create(custom, ip_class)
 
@@ -313,7 +314,7 @@ SCENARIOS = {
         routedip_prepare,
         routedip_bodies,
         routedip_done,
-        lambda n: 3,
+        lambda n: 3 + n // PER_NODE_IP_LIMIT,
     ),
     "jobs": Scenario(
         "jobs",
