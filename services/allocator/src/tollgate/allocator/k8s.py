@@ -47,9 +47,11 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
-        # Every reconcile of a load balancer and every RemoteEndpoint event reads a whole namespace's RemoteEndpoints
-        # or LoadBalancers: concurrent reads share one list call instead of each holding its own copy of the list.
-        self._shared_lists: Coalesced[tuple[Kind, str], list[JSON]] = Coalesced(lambda key: self.list_objects(*key))
+        # Every reconcile of a load balancer and every RemoteEndpoint event reads its namespace's RemoteEndpoints:
+        # concurrent reads of one namespace share a list call instead of each holding its own copy of the list.
+        self._remote_endpoints: Coalesced[str, list[JSON]] = Coalesced(
+            lambda namespace: self.list_objects(RemoteEndpoint, namespace)
+        )
 
     @staticmethod
     async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -69,17 +71,12 @@ class Kube:
             raise
         return found
 
-    async def shared_list(self, kind: Kind, namespace: str) -> list[JSON]:
-        """The objects of a namespace, as fresh as a list sent now, shared with the callers that ask meanwhile: read
-        only, never change them."""
-        return await self._shared_lists((kind, namespace))
-
     async def remote_endpoints_of(self, namespace: str, load_balancer: str) -> list[JSON]:
         """The RemoteEndpoints of a load balancer (copies: the callers may change them), leaving out those being
         deleted; as fresh as a list sent now."""
         return [
             copy.deepcopy(rep)
-            for rep in await self.shared_list(RemoteEndpoint, namespace)
+            for rep in await self._remote_endpoints(namespace)
             if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
         ]
 

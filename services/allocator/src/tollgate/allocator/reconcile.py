@@ -232,7 +232,7 @@ class Reconciler:
             return False, "AccountNotFound", message, None
         spec = LoadBalancerSpec.model_validate(lb["spec"])
         others = [
-            o for o in await self.kube.shared_list(LoadBalancer, namespace) if o["metadata"]["name"] != meta["name"]
+            o for o in await self.kube.list_objects(LoadBalancer, namespace) if o["metadata"]["name"] != meta["name"]
         ]
         if spec.service_id is not None:
             earlier = [
