@@ -7,6 +7,7 @@ and the allocators share one event loop.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 import uuid
@@ -17,7 +18,8 @@ from typing import Any, TypeVar
 from kubernetes import client, watch
 
 from tollgate.models.base import CustomResource, now_rfc3339
-from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR
+from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR, RemoteEndpoint
+from tollgate.runtime.coalesce import Coalesced
 from tollgate.runtime.events import EventRecorder
 from tollgate.runtime.kube import (
     is_conflict,
@@ -45,6 +47,11 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
         self.events = EventRecorder(api, FIELD_MANAGER)
+        # Every reconcile of a load balancer and every RemoteEndpoint event reads its namespace's RemoteEndpoints:
+        # concurrent reads of one namespace share a list call instead of each holding its own copy of the list.
+        self._remote_endpoints: Coalesced[str, list[JSON]] = Coalesced(
+            lambda namespace: self.list_objects(RemoteEndpoint, namespace)
+        )
 
     @staticmethod
     async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -63,6 +70,15 @@ class Kube:
                 return None
             raise
         return found
+
+    async def remote_endpoints_of(self, namespace: str, load_balancer: str) -> list[JSON]:
+        """The RemoteEndpoints of a load balancer (copies: the callers may change them), leaving out those being
+        deleted; as fresh as a list sent now."""
+        return [
+            copy.deepcopy(rep)
+            for rep in await self._remote_endpoints(namespace)
+            if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
+        ]
 
     async def list_objects(
         self, kind: Kind, namespace: str | None = None, label_selector: str | None = None

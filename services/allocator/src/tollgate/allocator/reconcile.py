@@ -200,7 +200,7 @@ class Reconciler:
                 if not ok
                 else await self._proxy(lb, account)
             )
-            reps = await self._endpoints_of(namespace, name)
+            reps = await self.kube.remote_endpoints_of(namespace, name)
             matched, match_reason, match_message = proxy.endpoint_match(
                 LoadBalancerSpec.model_validate(lb["spec"]).public_ports, reps
             )
@@ -320,14 +320,6 @@ class Reconciler:
         await self.kube.apply(proxy.config_map(lb, account, text))
         deployment = await self.kube.apply(proxy.deployment(lb, account, group, text))
         return proxy.proxy_readiness(deployment)
-
-    async def _endpoints_of(self, namespace: str, load_balancer: str) -> list[JSON]:
-        """The RemoteEndpoints of a load balancer, leaving out those being deleted."""
-        return [
-            rep
-            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
-            if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
-        ]
 
     async def _adopt_endpoints(self, lb: JSON, reps: list[JSON]) -> None:
         """RemoteEndpoints not yet accepted (created before their load balancer, or while the allocator was down) or
@@ -507,7 +499,7 @@ class Reconciler:
         key = (meta.get("creationTimestamp") or "", meta["name"])
         twins = [
             (other["metadata"].get("creationTimestamp") or "", other["metadata"]["name"])
-            for other in await self._endpoints_of(meta["namespace"], rep["spec"]["load-balancer"])
+            for other in await self.kube.remote_endpoints_of(meta["namespace"], rep["spec"]["load-balancer"])
             if identity(other["spec"]) == identity(rep["spec"])
         ]
         older = sorted(t for t in twins if t < key)
@@ -528,7 +520,8 @@ class Reconciler:
             and (deleted or any(reaches(p, port) for p in public_ports))
         ):
             return
-        matched, reason, message = proxy.endpoint_match(public_ports, await self._endpoints_of(namespace, name))
+        reps = await self.kube.remote_endpoints_of(namespace, name)
+        matched, reason, message = proxy.endpoint_match(public_ports, reps)
         if current is not None and (current.status == "True") == matched and current.message == message:
             return
 

@@ -364,9 +364,8 @@ class Registry:
     async def _release_cluster(self, rep: JSON) -> None:
         namespace, lb_name = rep["metadata"]["namespace"], rep["spec"]["load-balancer"]
         cluster = rep["spec"].get("cluster", DEFAULT_CLUSTER)
-        if any(
-            r["spec"].get("cluster", DEFAULT_CLUSTER) == cluster for r in await self._endpoints_of(namespace, lb_name)
-        ):
+        others = await self.kube.remote_endpoints_of(namespace, lb_name)
+        if any(r["spec"].get("cluster", DEFAULT_CLUSTER) == cluster for r in others):
             return
         lb = await self.kube.get(LoadBalancer, namespace, lb_name)
         clusters = list(((lb or {}).get("status") or {}).get(CLUSTERS) or [])
@@ -404,22 +403,14 @@ class Registry:
                 await self.ensure_tunnel(late)
         return True
 
-    async def _endpoints_of(self, namespace: str, lb_name: str) -> list[JSON]:
-        """The RemoteEndpoints of a load balancer, leaving out those being deleted."""
-        return [
-            r
-            for r in await self.kube.list_objects(RemoteEndpoint, namespace)
-            if r["spec"].get("load-balancer") == lb_name and not r["metadata"].get("deletionTimestamp")
-        ]
-
     async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
-        return [r for r in await self._endpoints_of(namespace, lb_name) if node_of(r) == node]
+        return [r for r in await self.kube.remote_endpoints_of(namespace, lb_name) if node_of(r) == node]
 
     async def prune(self, lb: JSON) -> list[str]:
         """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes. The
         endpoints are listed after `lb` was read, so an entry written since is never judged."""
         namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
-        nodes = {node_of(r) for r in await self._endpoints_of(namespace, name)}
+        nodes = {node_of(r) for r in await self.kube.remote_endpoints_of(namespace, name)}
         return [
             node
             for node, entry in entries(lb).items()
