@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import io
 import json
 import subprocess
@@ -18,11 +19,25 @@ import grpc
 import pytest
 import yaml
 from kubernetes import client
+from opentelemetry import trace
 
 from tollgate.allocator.grpc.client import AllocatorClient
+from tollgate.allocator.k8s import Kube
+from tollgate.allocator.reconcile import Reconciler
+from tollgate.allocator.registry import Registry
+from tollgate.allocator.tunnels import EpicSingleton, Metrics, SeedTunnelIDs
 from tollgate.cli.epicctl import main as epicctl_main
 from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_PROXY_LABEL, XDS_CLUSTER, ads_bootstrap
-from tollgate.models.epic import ACCOUNT_LABEL, GROUP, LOAD_BALANCER_LABEL, USER_NAMESPACE_LABEL, VERSION
+from tollgate.models.epic import (
+    ACCOUNT_LABEL,
+    GROUP,
+    LOAD_BALANCER_LABEL,
+    USER_NAMESPACE_LABEL,
+    VERSION,
+    EPICSpec,
+    GUEEndpoint,
+)
+from tollgate.runtime.kube import api_client
 from tollgate.testing import agents
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
@@ -460,6 +475,32 @@ async def test_account_lifecycle_user_namespaces_service_ids_and_cleanup(
     wait_for(namespace_going, "the user namespace to be deleted with its account", timeout=30)
     other = get(custom, "loadbalancers", f"epic-{second}", "other")
     assert other["spec"]["service-id"] == 1, "the other account is untouched"
+
+
+async def test_a_load_balancer_reconciled_twice_at_once_gets_one_service_id(
+    cluster: EmbeddedCluster, custom: client.CustomObjectsApi, accounts: list[str]
+) -> None:
+    """Its own handler and its account's (or group's) reconcile can reach a new load balancer at the same moment,
+    each with a body that has no service ID yet: the account's counter moves once, and the ID it gave stays."""
+    account = user_account(cluster)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("twice", account)))
+    body = get(custom, "loadbalancers", namespace, "twice")
+    assert "service-id" not in body["spec"]
+
+    kube = Kube(api_client(cluster.kubeconfig))
+    gue = GUEEndpoint(epic_address=GUE_ADDRESS)
+    epic = EpicSingleton(kube, EPICSpec(gue_endpoint=gue))
+    await epic.ensure()
+    metrics = Metrics()
+    reconciler = Reconciler(
+        kube, Registry(kube, SeedTunnelIDs(epic, metrics), epic, gue), metrics, trace.get_tracer(__name__), XDS_ADDRESS
+    )
+    await asyncio.gather(*(reconciler.reconcile_load_balancer(copy.deepcopy(body)) for _ in range(2)))
+
+    assert get(custom, "loadbalancers", namespace, "twice")["spec"]["service-id"] == 1
+    assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 1, "one ID taken, not two"
 
 
 async def test_deleting_an_account_keeps_a_namespace_tollgate_did_not_create(

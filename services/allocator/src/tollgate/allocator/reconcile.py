@@ -51,6 +51,7 @@ from tollgate.models.epic import (
     account_of,
     reaches,
 )
+from tollgate.runtime.locks import KeyedLocks
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
@@ -78,6 +79,7 @@ class Reconciler:
         self.metrics = metrics
         self.tracer = tracer
         self.xds_address = xds_address
+        self._load_balancer_turns: KeyedLocks[tuple[str, str]] = KeyedLocks()
 
     async def update_status(self, kind: Kind, namespace: str, name: str, mutate: Callable[[Any], None]) -> JSON | None:
         """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone."""
@@ -181,7 +183,22 @@ class Reconciler:
     # load balancers
 
     async def reconcile_load_balancer(self, lb: JSON) -> str | None:
-        """Bring the load balancer and its proxies in line; a message when it must be tried again later."""
+        """Bring the load balancer and its proxies in line; a message when it must be tried again later.
+
+        Its own handler and its account's or group's reconcile may both reach one load balancer at once: they take
+        turns, and one without a service ID reads it again first, so a turn that came after the ID was written
+        does not allocate a second one from a body read before."""
+        meta = lb["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        async with self._load_balancer_turns.hold((namespace, name)):
+            if lb["spec"].get("service-id") is None:
+                fresh = await self.kube.get(LoadBalancer, namespace, name)
+                if fresh is None:
+                    return None
+                lb = fresh
+            return await self._reconcile_load_balancer(lb)
+
+    async def _reconcile_load_balancer(self, lb: JSON) -> str | None:
         meta = lb["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
         if meta.get("deletionTimestamp"):

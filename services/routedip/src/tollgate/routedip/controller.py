@@ -57,6 +57,7 @@ from tollgate.routedip.state import (
 )
 from tollgate.routedip.validation import class_problems, trust_problems
 from tollgate.runtime.kube import is_conflict, is_not_found
+from tollgate.runtime.locks import KeyedLocks
 from tollgate.runtime.telemetry import Telemetry
 from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 
@@ -145,9 +146,9 @@ class Controller:
         self._derived: dict[object, tuple[int, Any]] = {}
         self._finalized: set[tuple[str, str]] = set()
         self._released: dict[tuple[str, str], str] = {}  # key -> uid whose finalizer this controller removed
-        self._class_locks: dict[str, asyncio.Lock] = {}
-        self._node_locks: dict[str, asyncio.Lock] = {}
-        self._firewall_locks: dict[str, asyncio.Lock] = {}
+        self._class_locks: KeyedLocks[str] = KeyedLocks()
+        self._node_locks: KeyedLocks[str] = KeyedLocks()
+        self._firewall_locks: KeyedLocks[str] = KeyedLocks()
         self._firewall_applied: dict[str, str] = {}
         self._nodes_seen: dict[str, NodeState] = {}
         self._workers: list[asyncio.Task[None]] = []
@@ -563,7 +564,7 @@ class Controller:
     async def reserve(self, rip: RoutedIPState, cls: ClassState) -> RoutedIPState:
         """Write the elected node as the move's target. The election is made again under the class's lock
         and counts the reservations still being written, so concurrent moves never overfill a node."""
-        async with self._lock(self._class_locks, cls.name):
+        async with self._class_locks.hold(cls.name):
             current = self.routed_ip(rip.key) or rip
             decision = self.decide(current, cls)
             if decision.action != "move" or current.placement.target is not None or decision.node is None:
@@ -631,7 +632,7 @@ class Controller:
             await provider.unassign(
                 RoutedIPRef(rip.namespace, rip.name, rip.uid, rip.ip), NodeTarget.of(target, self.nodes())
             )
-        async with self._lock(self._class_locks, cls.name):
+        async with self._class_locks.hold(cls.name):
             current = self.routed_ip(rip.key) or rip
             await self.write_status(
                 current,
@@ -743,13 +744,6 @@ class Controller:
         return state
 
     # ----- nodes -----
-    @staticmethod
-    def _lock(locks: dict[str, asyncio.Lock], name: str) -> asyncio.Lock:
-        lock = locks.get(name)
-        if lock is None:
-            lock = locks[name] = asyncio.Lock()
-        return lock
-
     async def taint(self, node: str) -> None:
         cached = self.nodes().get(node)
         if cached is not None and cached.move_tainted:
@@ -778,7 +772,7 @@ class Controller:
     async def _change_taints(
         self, node: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None], attempts: int = 10
     ) -> None:
-        async with self._lock(self._node_locks, node):
+        async with self._node_locks.hold(node):
             for _ in range(attempts):
                 try:
                     body = await self.kube.read_node(node)
@@ -834,7 +828,7 @@ class Controller:
         extra: Mapping[tuple[str, str], set[str]] | None = None,
         excluding: tuple[str, str] | None = None,
     ) -> None:
-        async with self._lock(self._firewall_locks, cls.name):
+        async with self._firewall_locks.hold(cls.name):
             if extra is None and excluding is None:
                 plan = self._memo(("firewall", cls.name, cls.generation), lambda: self.firewall_plan(cls))
             else:
