@@ -246,3 +246,28 @@ def test_xds_debug_api_is_on_the_pods_loopback_and_a_service_port_only_when_aske
     assert service_ports == ["health:8080->health", "xds:18000->xds", "debug:9000->debug"]
     assert container_ports == ["health:8080", "xds:18000", "debug:9000"]
     assert (env["TOLLGATE_XDS_API_HOST"], env["TOLLGATE_XDS_API_PORT"]) == ("0.0.0.0", "9000")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_spans_carry_the_pods_resource_attributes_from_the_downward_api(service: str) -> None:
+    """k8s.pod.name, k8s.namespace.name and service.instance.id from the Downward API (env references resolved by
+    the kubelet), service.version from the image tag (the chart's appVersion when none); OTLP as http/json."""
+    appversion = yaml.safe_load((chart_dir(service) / "Chart.yaml").read_text())["appVersion"]
+    for values, version in (({}, appversion), (NON_DEFAULT, "1.2.3")):
+        objects = render_chart(service, values=values)
+        [container] = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+        names = list(env)
+        assert names.index("OTEL_RESOURCE_ATTRIBUTES") > names.index("POD_UID"), "$(VAR) needs VAR defined before"
+        attributes = dict(item.split("=", 1) for item in env["OTEL_RESOURCE_ATTRIBUTES"]["value"].split(","))
+        assert attributes == {
+            "k8s.pod.name": "$(POD_NAME)",
+            "k8s.namespace.name": "$(POD_NAMESPACE)",
+            "k8s.pod.uid": "$(POD_UID)",
+            "service.instance.id": "$(POD_UID)",
+            "service.version": str(version),
+        }
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "http/json"
