@@ -37,6 +37,10 @@ sync: $(UV) ## install the Python packages (uv workspace, locked); reinstalls a 
 tools: ## build or fetch the control-plane binaries (cached, idempotent)
 	@hack/tools.sh >/dev/null
 
+.PHONY: jaeger
+jaeger: ## build Jaeger v2, the trace backend of make dev and the tracing test (cached, idempotent)
+	@hack/tools.sh jaeger >/dev/null
+
 .PHONY: manifests
 manifests: sync ## regenerate crds/ from tollgate.models, and the files the charts embed
 	$(RUN) python -m tollgate.models crds
@@ -66,6 +70,10 @@ test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cl
 	@start=$$SECONDS; \
 	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart"; do \
 	  echo "make test: [$$((SECONDS - start)) s] $$step"; $(MAKE) --no-print-directory $${step%%:*}; \
+	  if [ "$${step%%:*}" = tools ]; then \
+	    echo "make test: [$$((SECONDS - start)) s] jaeger: building in the background (log .dev/jaeger-build.log)"; \
+	    mkdir -p .dev; hack/tools.sh jaeger >.dev/jaeger-build.log 2>&1 & \
+	  fi; \
 	done; \
 	echo "make test: [$$((SECONDS - start)) s] pytest over $(TEST_SUITES), in that order" \
 	  "(tests marked e2e start the embedded cluster; a file's name is printed as its tests run)"; \
@@ -95,11 +103,11 @@ run: sync ## run every service against the current kubeconfig (Ctrl-C stops them
 	done; wait
 
 .PHONY: dev
-dev: sync tools ## the whole system on the embedded cluster, in the foreground (Ctrl-C stops everything)
+dev: sync tools jaeger ## the whole system on the embedded cluster, in the foreground (Ctrl-C stops everything)
 	$(RUN) python -m tollgate.testing.dev run
 
 .PHONY: dev-up
-dev-up: sync tools ## make dev, detached
+dev-up: sync tools jaeger ## make dev, detached
 	$(RUN) python -m tollgate.testing.dev up
 
 .PHONY: dev-down

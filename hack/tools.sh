@@ -7,7 +7,11 @@
 #   helm                                                              go install helm.sh/helm/v3/cmd/helm
 #   tilt                                                              built from ../shared/vendor/tilt (offline source)
 #   libpodnet.so                                                      cc hack/podnet/podnet.c (the embedded kubelet's bind shim)
-# A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, ...) or already on
+# `hack/tools.sh jaeger` builds only Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, wrapper module hack/jaeger)
+# into the same directory: the trace backend of make dev and of the tracing e2e test. It is not part of the default
+# set: make test starts it in the background once the control plane is built (cold it takes minutes), make dev runs
+# it first. Both take the same lock, so a second one waits and then finds it built.
+# A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, JAEGER_BINARY, ...) or already on
 # PATH is linked instead of built. A second run does nothing.
 # Progress goes to stderr, each line with the seconds since the start: what is built or installed and from where,
 # every TOLLGATE_TOOLS_TICK seconds (default 30) that a long build is still running, and at the end what was cached.
@@ -148,7 +152,33 @@ build_podnet() {
   made=$((made + 1))
 }
 
-log "control-plane binaries for Kubernetes $K8S_VERSION in $bin"
+# Jaeger v2 from the module proxy through hack/jaeger/go.mod (its go.sum pins every module); the version it was built
+# at is kept beside it, so a new JAEGER_VERSION builds again.
+build_jaeger() {
+  local stamp="$bin/jaeger.version"
+  if [ -x "$bin/jaeger" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$JAEGER_VERSION" ]; then hit jaeger; return 0; fi
+  link_existing jaeger JAEGER_BINARY && return 0
+  need_go jaeger
+  log "jaeger: building github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION (hack/jaeger/go.mod; cold: minutes)"
+  local out; out=$(mktemp -d)
+  step "building jaeger" go -C "$here/jaeger" build -mod=readonly -ldflags "-s -w" -o "$out/jaeger" \
+    github.com/jaegertracing/jaeger/cmd/jaeger
+  mv "$out/jaeger" "$bin/jaeger"
+  echo "$JAEGER_VERSION" >"$stamp"
+  rmdir "$out"
+  made=$((made + 1))
+}
+
+what=${1:-control-plane}
+case $what in
+  control-plane | jaeger) ;;
+  *) log "unknown argument $what: hack/tools.sh [jaeger]"; exit 2 ;;
+esac
+if [ "$what" = jaeger ]; then
+  log "jaeger $JAEGER_VERSION in $bin"
+else
+  log "control-plane binaries for Kubernetes $K8S_VERSION in $bin"
+fi
 # One make tools at a time per cache: a second one (another checkout, another terminal) waits for the first and then
 # finds everything built, instead of building it all again beside it.
 if command -v flock >/dev/null; then
@@ -159,11 +189,15 @@ if command -v flock >/dev/null; then
   fi
   echo $$ >"$lock.pid"
 fi
-build_control_plane
-go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
-go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-build_tilt
-build_podnet
+if [ "$what" = jaeger ]; then
+  build_jaeger
+else
+  build_control_plane
+  go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  build_tilt
+  build_podnet
+fi
 log "ready: ${#cached[@]} cached (${cached[*]:-none}), $made built or installed, in $SECONDS s"
 echo "$bin"

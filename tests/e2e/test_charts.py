@@ -272,3 +272,28 @@ def test_a_published_xds_debug_api_serves_tls_and_lets_in_whom_an_operator_binds
                          "resourceNames": [DEBUG_SERVICE_ACCOUNT], "verbs": ["create"]}  # fmt: skip
     unpublished = {(o["kind"], o["metadata"]["name"]) for o in render_chart("xds")}
     assert not [name for kind, name in unpublished if "debug" in name], "nothing of it when not published"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_spans_carry_the_pods_resource_attributes_from_the_downward_api(service: str) -> None:
+    """k8s.pod.name, k8s.namespace.name and service.instance.id from the Downward API (env references resolved by
+    the kubelet), service.version from the image tag (the chart's appVersion when none); OTLP as http/json."""
+    appversion = yaml.safe_load((chart_dir(service) / "Chart.yaml").read_text())["appVersion"]
+    for values, version in (({}, appversion), (NON_DEFAULT, "1.2.3")):
+        objects = render_chart(service, values=values)
+        [container] = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+        names = list(env)
+        assert names.index("OTEL_RESOURCE_ATTRIBUTES") > names.index("POD_UID"), "$(VAR) needs VAR defined before"
+        attributes = dict(item.split("=", 1) for item in env["OTEL_RESOURCE_ATTRIBUTES"]["value"].split(","))
+        assert attributes == {
+            "k8s.pod.name": "$(POD_NAME)",
+            "k8s.namespace.name": "$(POD_NAMESPACE)",
+            "k8s.pod.uid": "$(POD_UID)",
+            "service.instance.id": "$(POD_UID)",
+            "service.version": str(version),
+        }
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "http/json"

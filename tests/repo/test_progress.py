@@ -46,6 +46,24 @@ def run_tools(tmp_path: Path, path: str, **env: str) -> subprocess.CompletedProc
     )
 
 
+def test_make_jaeger_builds_only_jaeger_and_a_second_run_finds_it(tmp_path: Path) -> None:
+    """`hack/tools.sh jaeger` (make jaeger, and make test in the background) looks at Jaeger alone; built at the pinned
+    version it does nothing."""
+    bin_dir = tools_cache(tmp_path)
+    (bin_dir / "jaeger").write_text("#!/bin/sh\n")
+    (bin_dir / "jaeger").chmod(0o755)
+    (bin_dir / "jaeger.version").write_text(versions()["JAEGER_VERSION"] + "\n")
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_BINARY")}
+    environ |= {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": SYSTEM_PATH}
+    command = [str(ROOT / "hack" / "tools.sh"), "jaeger"]
+    result = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{bin_dir}\n"
+    lines = result.stderr.splitlines()
+    assert f"jaeger {versions()['JAEGER_VERSION']} in {bin_dir}" in lines[0], lines
+    assert re.search(r"\] ready: 1 cached \(jaeger\), 0 built or installed, in \d+ s$", lines[-1]), lines
+
+
 def test_make_tools_says_what_it_found_cached(tmp_path: Path) -> None:
     bin_dir = tools_cache(tmp_path)
     result = run_tools(tmp_path, SYSTEM_PATH)

@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client
-from opentelemetry import trace
 
 from tollgate.allocator.__main__ import Settings, credentials, limits
 from tollgate.allocator.credentials import CredentialMap, Credentials
@@ -115,9 +114,7 @@ async def serve(tmp_path: Path, settings: Settings, relist_seconds: float = 60) 
     epic = EpicSingleton(kube, EPICSpec())
     registry = Registry(kube, SeedTunnelIDs(epic, Metrics()), epic, GUEEndpoint(epic_address=IPv4Address("10.0.0.1")))
     settings = settings.model_copy(update={"grpc_cert_dir": directory})
-    grpc_server, port = await server.start(
-        registry, accounts, trace.get_tracer("test"), "127.0.0.1:0", credentials(settings), limits(settings)
-    )
+    grpc_server, port = await server.start(registry, accounts, "127.0.0.1:0", credentials(settings), limits(settings))
     await asyncio.wait_for(accounts.listed.wait(), 5)
     yield Served(port, ca, store, directory)
     accounts.close()

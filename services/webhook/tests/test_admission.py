@@ -228,3 +228,48 @@ def test_deleting_other_kinds_never_waits_for_the_cache(make_review: MakeReview,
     request = parse_review(body(make_review(None, "DELETE", sample("LoadBalancer"))))
     decision = without_cache(kind_of(LoadBalancer), request)
     assert decision is not None and decision.allowed
+
+
+# ---- one trace per change: the admission span's traceparent goes on the object ----
+
+TRACE_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_create_is_annotated_with_the_admission_trace_parent(make_review: MakeReview, sample: Sample) -> None:
+    lb = sample("LoadBalancer")
+    lb["metadata"].pop("annotations", None)
+    patch = mutate(kind_of(LoadBalancer), parse_review(body(make_review(lb))), TRACE_PARENT).patch
+    assert {"op": "add", "path": "/metadata/annotations", "value": {"tollgate.io/trace-parent": TRACE_PARENT}} in patch
+
+
+def test_a_spec_change_replaces_the_trace_parent_and_keeps_other_annotations(
+    make_review: MakeReview, sample: Sample
+) -> None:
+    stored = sample("Goop")
+    stored["metadata"]["annotations"] = {
+        "tollgate.io/trace-parent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+        "a": "b",
+    }
+    changed = json.loads(json.dumps(stored))
+    changed["spec"]["cmd"] = "echo changed"
+    patch = mutate(GOOP, parse_review(body(make_review(changed, "UPDATE", stored))), TRACE_PARENT).patch
+    assert {"op": "add", "path": "/metadata/annotations/tollgate.io~1trace-parent", "value": TRACE_PARENT} in patch
+    assert not [op for op in patch if op["path"] == "/metadata/annotations"]
+
+
+def test_a_metadata_only_update_keeps_the_trace_of_the_last_change(make_review: MakeReview, sample: Sample) -> None:
+    stored = sample("Goop")
+    finalized = json.loads(json.dumps(stored))
+    finalized["metadata"]["finalizers"] = ["tollgate.io/finalizer"]
+    assert mutate(GOOP, parse_review(body(make_review(finalized, "UPDATE", stored))), TRACE_PARENT).patch == []
+
+
+def test_a_writer_that_sets_the_trace_parent_itself_keeps_it(make_review: MakeReview, sample: Sample) -> None:
+    """The allocator's spec patches carry its reconcile's span: the webhook must not replace it with its own."""
+    stored = sample("Goop")
+    changed = json.loads(json.dumps(stored))
+    changed["spec"]["cmd"] = "echo changed"
+    own = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
+    changed["metadata"]["annotations"] = {"tollgate.io/trace-parent": own}
+    patch = mutate(GOOP, parse_review(body(make_review(changed, "UPDATE", stored))), TRACE_PARENT).patch
+    assert not [op for op in patch if op["path"].startswith("/metadata/annotations")]

@@ -147,7 +147,8 @@ def test_a_denial_is_logged_with_its_reason(
 def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
     bundle_dir: Path, start_server: Callable[..., Any], sample: Sample, make_review: MakeReview
 ) -> None:
-    """The API server sends a W3C traceparent when its tracing is on: the review's span joins that trace."""
+    """The API server sends a W3C traceparent when its tracing is on: the review's span joins that trace, and the
+    defaulting patch puts that span on the object (tollgate.io/trace-parent) for the operators to continue."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -155,11 +156,13 @@ def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     goop = sample("Goop")
     goop["spec"]["cmd"] = " "
+    answers = []
     for path in ("/mutate/goop.example.com/v1alpha1/goops", GOOPS):
-        status, _ = running.post(
+        status, answer = running.post(
             path, json.dumps(make_review(goop)).encode(), headers={"traceparent": f"00-{trace_id}-{parent_id}-01"}
         )
         assert status == 200
+        answers.append(answer)
 
     # A span ends once the response is sent, which can be just after the client has read it.
     def finished() -> tuple[ReadableSpan, ...] | None:
@@ -192,6 +195,9 @@ def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
             trace_id,
             parent_id,
         )
+    patch = json.loads(base64.b64decode(answers[0]["response"]["patch"]))
+    mutate_span = f"00-{trace_id}-{spans[0].context.span_id:016x}-01"
+    assert {"op": "add", "path": "/metadata/annotations", "value": {"tollgate.io/trace-parent": mutate_span}} in patch
 
 
 def _attributes(span: ReadableSpan) -> dict[str, Any]:

@@ -54,9 +54,14 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: metadata.uid
+        # The semantic conventions' resource attributes of every span, from the Downward API above.
+        - name: OTEL_RESOURCE_ATTRIBUTES
+          value: "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.uid=$(POD_UID),service.instance.id=$(POD_UID),service.version={{ .Values.image.tag | default .Chart.AppVersion }}"
         {{- with .Values.otel.endpoint }}
         - name: OTEL_EXPORTER_OTLP_ENDPOINT
           value: {{ . | quote }}
+        - name: OTEL_EXPORTER_OTLP_PROTOCOL
+          value: http/json
         {{- end }}
         {{- include "tollgate.routedipTrust" . | nindent 8 }}
         {{- range $key, $value := .Values.env }}

@@ -1,48 +1,53 @@
-"""JSON-lines logging: one object per record with time, level, logger, message and any `extra=` fields."""
+"""JSON-lines logging (python-json-logger): one object per record with time, level, service, logger, message,
+the trace_id and span_id of the span current when the record was made, and any `extra=` fields."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
-_STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+from opentelemetry import trace
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
 # kopf attaches its whole OperatorSettings and internal flags to every record; the object reference is kept.
-_KOPF_INTERNALS = {"settings", "k8s_skip", "k8s_ref"}
+_KOPF_INTERNALS = ("settings", "k8s_skip", "k8s_ref")
 
 
-class JSONFormatter(logging.Formatter):
-    def __init__(self, service: str) -> None:
-        super().__init__()
-        self.service = service
+class _ContextFields(logging.Filter):
+    """Adds what the JSON line carries beyond the record's own attributes: the lower-case level, the current span's
+    trace_id and span_id (W3C hex, as trace backends show them) and the kopf object reference as object/kind."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "service": self.service,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRIBUTES and key not in _KOPF_INTERNALS and not key.startswith("_"):
-                entry[key] = value
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.level = record.levelname.lower()
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            record.trace_id = trace.format_trace_id(context.trace_id)
+            record.span_id = trace.format_span_id(context.span_id)
         reference = getattr(record, "k8s_ref", None)
         if isinstance(reference, dict) and reference.get("name"):
-            entry["object"] = "/".join(str(reference[k]) for k in ("namespace", "name") if reference.get(k))
-            entry["kind"] = reference.get("kind")
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+            record.object = "/".join(str(reference[k]) for k in ("namespace", "name") if reference.get(k))
+            record.kind = reference.get("kind")
+        return True
+
+
+def json_formatter(service: str) -> JsonFormatter:
+    return JsonFormatter(
+        ["level", "name", "message"],
+        rename_fields={"name": "logger", "exc_info": "exception"},
+        static_fields={"service": service},
+        reserved_attrs=[*RESERVED_ATTRS, *_KOPF_INTERNALS, "taskName"],
+        timestamp="time",
+    )
 
 
 def setup_logging(service: str, level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
     """Replace the root logger's handlers with one that writes `fmt` lines to `stream` (stderr)."""
     handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(_ContextFields())
     if fmt == "json":
-        handler.setFormatter(JSONFormatter(service))
+        handler.setFormatter(json_formatter(service))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

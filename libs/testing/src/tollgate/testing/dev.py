@@ -46,6 +46,7 @@ from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LA
 from tollgate.testing.agents import CA_FILE, certificates
 from tollgate.testing.cluster import dev_cluster, dev_dir
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
+from tollgate.testing.jaeger import Jaeger
 from tollgate.testing.restarts import CrashLoop
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
@@ -266,6 +267,8 @@ class DevSystem:
         self.restarter = Restarter(self.processes, self.say)
         self.echo: EchoThread | None = None
         self.proof: list[str] = []
+        # The trace backend: every service sends its spans there (OTEL_EXPORTER_OTLP_ENDPOINT).
+        self.jaeger = Jaeger(self.dev_dir / "jaeger")
         self.steps: dict[str, Callable[[], None]] = {
             "cluster": self._start_cluster,
             "crds": self._install_crds,
@@ -292,6 +295,9 @@ class DevSystem:
 
     def start(self) -> None:
         rotate_logs(self.dev_dir / "logs", [r.name for r in self.resources if r.module is not None])
+        with self.progress.waiting(f"Jaeger to answer {self.jaeger.ui_url}"):
+            self.jaeger.start()
+        self.say(f"traces     Jaeger UI {self.jaeger.ui_url} (OTLP {self.jaeger.otlp_endpoint}, in memory)")
         self.restarter.start()
         for resource in self.resources:
             if resource.step is not None:
@@ -310,7 +316,7 @@ class DevSystem:
             resource.name,
             self.cluster.kubeconfig,
             self.dev_dir / "logs",
-            env=resource.env,
+            env={**self.jaeger.env(), **resource.env},
             module=resource.module,
             health_port=resource.health,
         )
@@ -462,6 +468,7 @@ class DevSystem:
         self.processes.clear()
         if self.echo is not None:
             self.echo.stop()
+        self.jaeger.stop()
 
     def summary(self) -> str:
         lines = ["", "tollgate dev system", "", "services:"]
@@ -477,6 +484,8 @@ class DevSystem:
         lines += ["", "registration API (TLS; per-account tokens: epicctl credentials create|rotate ACCOUNT):",
                   f"  {self.resource('allocator').endpoints['grpc']}  CA {self.allocator_dir / CA_FILE}  "
                   f"root's token {self.allocator_dir / 'root.token'}"]  # fmt: skip
+        lines += ["", "traces (Jaeger, in memory; a change is one trace: admission, reconcile, xds push, Envoy ACK):",
+                  f"  {self.jaeger.ui_url}/search?service=tollgate-allocator"]  # fmt: skip
         lines += ["", "control plane (restarted by the cluster's watchdog when a process exits):"]
         running = self.cluster.pids()
         for component, restarts in self.cluster.restarts().items():

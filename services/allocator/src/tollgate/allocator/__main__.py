@@ -120,7 +120,6 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     server, port = await grpc_server.start(
         registry,
         accounts,
-        tracer,
         settings.grpc_address,
         credentials(settings),
         limits(settings),

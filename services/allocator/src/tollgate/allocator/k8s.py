@@ -29,6 +29,7 @@ from tollgate.runtime.kube import (
     timeouts,
 )
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
+from tollgate.runtime.tracing import carrying_trace
 
 log = logging.getLogger("tollgate.allocator.k8s")
 JSON = dict[str, Any]
@@ -104,7 +105,11 @@ class Kube:
         return created
 
     async def patch(self, kind: Kind, namespace: str, name: str, body: JSON) -> JSON:
+        """Merge-patch the object; a spec change carries the current span as the object's trace parent, so that
+        whoever reacts to it (xds) continues this reconcile's trace (tollgate.runtime.tracing)."""
         info = kind.resource
+        if "spec" in body:
+            body = carrying_trace(body)
         patched: JSON = await self._call(
             self.custom.patch_namespaced_custom_object, info.group, info.version, namespace, info.plural, name, body
         )

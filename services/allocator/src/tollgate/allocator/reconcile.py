@@ -52,6 +52,7 @@ from tollgate.models.epic import (
     reaches,
 )
 from tollgate.runtime.locks import KeyedLocks
+from tollgate.runtime.tracing import annotated_parent, parent_context
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
@@ -204,7 +205,9 @@ class Reconciler:
         if meta.get("deletionTimestamp"):
             return None
         attributes = {"namespace": namespace, "name": name}
-        with self.tracer.start_as_current_span("reconcile LoadBalancer", attributes=attributes):
+        # In the trace of the object's latest change (its tollgate.io/trace-parent), like the spec patches it writes.
+        change = parent_context(annotated_parent(lb))
+        with self.tracer.start_as_current_span("reconcile LoadBalancer", change, attributes=attributes):
             account = account_of(namespace)
             ok, reason, message, new_id = await self._service_id(lb, account)
             if new_id is not None:
@@ -396,7 +399,9 @@ class Reconciler:
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
         if meta.get("deletionTimestamp"):
             return None
-        with self.tracer.start_as_current_span("reconcile GWProxy", attributes={"namespace": namespace, "name": name}):
+        change = parent_context(annotated_parent(gwp))
+        attributes = {"namespace": namespace, "name": name}
+        with self.tracer.start_as_current_span("reconcile GWProxy", change, attributes=attributes):
             account = account_of(namespace)
             ok, reason, message = True, "Allocated", "no public address asked for"
             if await self.kube.get(Account, namespace, account) is None:

@@ -14,7 +14,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tollgate.webhook.defaulting import JSONPatch, default_patch
+from tollgate.runtime.tracing import TRACE_PARENT_ANNOTATION, annotated_parent
+from tollgate.webhook.defaulting import JSONPatch, default_patch, pointer_token
 from tollgate.webhook.kinds import Kind
 from tollgate.webhook.validation import (
     DELETION_RULES,
@@ -185,8 +186,10 @@ def _being_deleted_or_unchanged(request: AdmissionRequest, obj: dict[str, Any]) 
     return deleting or obj.get("spec") == request.old_object.get("spec")
 
 
-def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
-    """Defaulting: allowed, with the patch that fills in the model's defaults.
+def mutate(kind: Kind, request: AdmissionRequest, trace_parent: str | None = None) -> Decision:
+    """Defaulting: allowed, with the patch that fills in the model's defaults and, on a create or a spec change,
+    sets the `tollgate.io/trace-parent` annotation to `trace_parent` (the admission span's W3C traceparent), so
+    that the operators reacting to this change continue its trace (tollgate.runtime.tracing).
 
     The API server checks the CRD schema after the mutating webhooks and before the validating ones, so an
     object its model refuses is denied here, with the field and the rule, rather than left to the schema's
@@ -204,7 +207,20 @@ def mutate(kind: Kind, request: AdmissionRequest) -> Decision:
     resource, violations = parse(kind.model, obj)
     if resource is None:
         return _denial(kind, obj, violations)
-    return Decision(allowed=True, patch=default_patch(obj, resource))
+    return Decision(
+        allowed=True, patch=default_patch(obj, resource) + _trace_patch(obj, request.old_object, trace_parent)
+    )
+
+
+def _trace_patch(obj: dict[str, Any], old: dict[str, Any] | None, trace_parent: str | None) -> JSONPatch:
+    """Set the trace-parent annotation, unless the writer sets one itself in this request (an operator carrying the
+    trace of its reconcile)."""
+    if trace_parent is None or annotated_parent(obj) not in (None, annotated_parent(old)):
+        return []
+    if not isinstance(obj["metadata"].get("annotations"), dict):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {TRACE_PARENT_ANNOTATION: trace_parent}}]
+    path = f"/metadata/annotations/{pointer_token(TRACE_PARENT_ANNOTATION)}"
+    return [{"op": "add", "path": path, "value": trace_parent}]
 
 
 def without_cache(kind: Kind, request: AdmissionRequest) -> Decision | None:

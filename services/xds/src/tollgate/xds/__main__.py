@@ -25,6 +25,7 @@ from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
+from tollgate.runtime.tracing import server_interceptors
 from tollgate.xds import handlers
 from tollgate.xds.api.auth import Gatekeeper
 from tollgate.xds.api.debug import create_app
@@ -173,7 +174,11 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         max_streams=settings.grpc_max_streams,
         ack_timeout=settings.ack_timeout_s,
     )
-    grpc_server = grpc.aio.server(options=server_options(limits), maximum_concurrent_rpcs=limits.max_streams)
+    grpc_server = grpc.aio.server(
+        interceptors=server_interceptors(untraced=[ADS_SERVICE]),  # a push is a span, not the whole stream
+        options=server_options(limits),
+        maximum_concurrent_rpcs=limits.max_streams,
+    )
     gate = Gate(server.world.pod, settings.identity_wait_s, telemetry.meter("tollgate.xds"), RefusalEvents(kube))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
         AggregatedDiscoveryService(server, limits.ack_timeout, gate), grpc_server

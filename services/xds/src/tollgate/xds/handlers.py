@@ -15,6 +15,7 @@ from kubernetes import client
 from tollgate.models import epic, servicemesh
 from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.operator import configure
+from tollgate.xds import ir
 from tollgate.xds.k8s import list_watched
 from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
@@ -30,6 +31,12 @@ WATCHED = {
     "gwroutes": (epic.GROUP, epic.VERSION, World.set_gw_route),
     "gwendpointslices": (epic.GROUP, epic.VERSION, World.set_gw_endpoint_slice),
     "pods": ("", "v1", World.set_pod),
+}
+# The watched kinds that are sources of Envoy config: their changes' traces go on to the pushes (server.traced).
+SOURCE_KINDS: dict[str, ir.SourceKind] = {
+    "virtualservices": "VirtualService",
+    "loadbalancers": "LoadBalancer",
+    "gwproxies": "GWProxy",
 }
 # The first resync comes this soon (the watches have listed by then): an object deleted between the first listing and
 # the watches' own is gone from Envoys within seconds, not a whole period.
@@ -56,6 +63,8 @@ def register(registry: kopf.OperatorRegistry, server: XdsServer, mirror: Mirror,
             obj = copy.deepcopy(dict(body))
             deleted = event.get("type") == "DELETED"
             mirror.record(plural, obj, deleted)
+            if plural in SOURCE_KINDS:
+                server.traced(SOURCE_KINDS[plural], obj, deleted)
             if setter(server.world, obj, deleted=deleted):
                 server.changed()
             if plural == "virtualservices":
@@ -91,10 +100,14 @@ async def resync(server: XdsServer, api: client.ApiClient, namespace: str | None
         for obj in diff.changed:
             log.info("resync: %s %s/%s changed without a watch event", plural, *key_of(obj))
             mirror.record(plural, obj)
+            if plural in SOURCE_KINDS:
+                server.traced(SOURCE_KINDS[plural], obj)
             setter(server.world, obj)
         for obj in diff.gone:
             log.info("resync: %s %s/%s was deleted without a watch event", plural, *key_of(obj))
             mirror.record(plural, obj, deleted=True)
+            if plural in SOURCE_KINDS:
+                server.traced(SOURCE_KINDS[plural], obj, deleted=True)
             setter(server.world, obj, deleted=True)
         corrected += len(diff.changed) + len(diff.gone)
     mirror.forget_deleted(since)

@@ -12,12 +12,15 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
+from tollgate.runtime.tracing import annotated_parent, link_to, parent_context
 from tollgate.xds import ir, resources, translate
 from tollgate.xds import metrics as xds_metrics
 from tollgate.xds.identity import Identity
@@ -28,6 +31,8 @@ from tollgate.xds.world import World
 log = logging.getLogger("tollgate.xds.server")
 # Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.
 MAX_OUTSTANDING = 1000
+# A source by kind, namespace and name: what its latest change's trace parent is kept under.
+TraceKey = tuple[str, str, str]
 
 
 @dataclass
@@ -41,6 +46,11 @@ class Connection:
     proxy: ir.Proxy | None = None
     config: ir.ProxyConfig = field(default_factory=ir.ProxyConfig)
     spans: dict[str, trace.Span] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    # The trace parents of the source changes this Envoy's config already carries, by TraceKey; and those the next
+    # pushes carry (the first is their parent, the others are linked).
+    carried: dict[TraceKey, str] = field(default_factory=dict)
+    push_parents: tuple[str, ...] = ()
     # The latest generation of each source this Envoy was seen to run (filled by the status reporter).
     programmed: dict[ir.SourceRef, int] = field(default_factory=dict)
 
@@ -72,6 +82,8 @@ class XdsServer:
         self.stream_class = stream_class
         self.connections: dict[int, Connection] = {}
         self.generations: dict[ir.SourceRef, int] = {}
+        # The W3C traceparent of each source's latest change (its tollgate.io/trace-parent annotation).
+        self.trace_parents: dict[TraceKey, str] = {}
         self.sources: list[ir.Source] = []
         self.convergence: deque[float] = deque(maxlen=10000)
         self.nacks: list[tuple[Connection, Nack]] = []
@@ -98,6 +110,16 @@ class XdsServer:
         return len(self._outstanding)
 
     # --- changes --------------------------------------------------------------------------------------------
+
+    def traced(self, kind: ir.SourceKind, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        """Keep the trace parent of a source's change: the pushes that carry it to an Envoy continue its trace."""
+        meta = obj.get("metadata") or {}
+        key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+        parent = None if deleted else annotated_parent(obj)
+        if parent is None:
+            self.trace_parents.pop(key, None)
+        else:
+            self.trace_parents[key] = parent
 
     def changed(self) -> None:
         """Something in `world` changed: recompute after the debounce delay."""
@@ -170,7 +192,21 @@ class XdsServer:
         if config == conn.config:
             return False
         conn.config = config
-        return conn.stream.set_desired(self.cache.proxy(config, identity.listener_address))
+        if not conn.stream.set_desired(self.cache.proxy(config, identity.listener_address)):
+            return False
+        conn.push_parents = self._new_traces(conn, config)
+        return True
+
+    def _new_traces(self, conn: Connection, config: ir.ProxyConfig) -> tuple[str, ...]:
+        """The trace parents of the changes to `config`'s sources that this Envoy has not been sent yet."""
+        new = []
+        for ref in config.sources:
+            key = (ref.kind, ref.namespace, ref.name)
+            parent = self.trace_parents.get(key)
+            if parent is not None and conn.carried.get(key) != parent:
+                conn.carried[key] = parent
+                new.append(parent)
+        return tuple(new)
 
     # --- streams --------------------------------------------------------------------------------------------
 
@@ -201,8 +237,13 @@ class XdsServer:
         attributes = {"type": kind, "api": conn.api}
         self._pushes.add(1, attributes)
         self._push_resources.add(len(push.resources), attributes)
+        # In the trace of the change it carries (tollgate.runtime.tracing); a root span when none is known.
+        parents = conn.push_parents
+        conn.versions[push.type_url] = push.version
         conn.spans[push.type_url] = self.tracer.start_span(
             "xds.push",
+            parent_context(parents[0]) if parents else otel_context.Context(),
+            links=[link for parent in parents[1:] for link in link_to(parent)],
             attributes={
                 "xds.node": conn.identity.node_id,
                 "xds.type": kind,
@@ -245,10 +286,26 @@ class XdsServer:
                 if span is not None:
                     span.set_status(trace.StatusCode.ERROR, result.message)
             if span is not None:
+                self._record_answer(conn, type_url, span, result)
                 span.end()
             self.status_dirty.set()
             self._settle(conn)
         conn.wake.set()
+
+    def _record_answer(self, conn: Connection, type_url: str, push: trace.Span, result: Nack | bool) -> None:
+        """The Envoy's ACK (or NACK) of a push: a span of its own, a child of the push's."""
+        answer = self.tracer.start_span(
+            "xds.nack" if isinstance(result, Nack) else "xds.ack",
+            trace.set_span_in_context(push),
+            attributes={
+                "xds.node": conn.identity.node_id,
+                "xds.type": SHORT_NAMES[type_url],
+                "xds.version": conn.versions.get(type_url, ""),
+            },
+        )
+        if isinstance(result, Nack):
+            answer.set_status(trace.StatusCode.ERROR, result.message)
+        answer.end()
 
     def _settle(self, answered: Connection | None = None) -> None:
         """Record the convergence of every change whose affected Envoys have all ACKed or rejected it.

@@ -24,6 +24,7 @@ from google.protobuf import json_format
 
 from tollgate.allocator.grpc._generated import allocator_pb2 as pb
 from tollgate.allocator.grpc._generated import allocator_pb2_grpc as pb_grpc
+from tollgate.runtime.tracing import client_interceptors
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -43,8 +44,11 @@ class AllocatorClient:
             raise ValueError(f"AllocatorClient timeout: must be greater than 0, got {timeout}")
         self.address = address
         self.timeout = timeout
+        interceptors = client_interceptors()  # each call a client span; its trace context goes in the metadata
         self.channel = (
-            grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
+            grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
+            if credentials
+            else grpc.aio.insecure_channel(address, interceptors=interceptors)
         )
         self.stub = pb_grpc.AllocatorStub(self.channel)  # type: ignore[no-untyped-call]
         self.metadata = (("authorization", f"Bearer {token}"),)

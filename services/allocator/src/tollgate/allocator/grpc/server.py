@@ -29,6 +29,7 @@ from tollgate.allocator.registry import (
 from tollgate.models.epic import LoadBalancerSpec, LoadBalancerStatus, ServicePort
 from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.runtime.optimistic import OptimisticUpdateError
+from tollgate.runtime.tracing import server_interceptors
 
 log = logging.getLogger("tollgate.allocator.grpc")
 Request = TypeVar("Request")
@@ -129,10 +130,9 @@ def tunnel_message(tunnel: Tunnel) -> pb.Tunnel:
 
 
 class AllocatorService(pb_grpc.AllocatorServicer):
-    def __init__(self, registry: Registry, accounts: Accounts, tracer: trace.Tracer) -> None:
+    def __init__(self, registry: Registry, accounts: Accounts) -> None:
         self.registry = registry
         self.accounts = accounts
-        self.tracer = tracer
 
     async def _serve(
         self,
@@ -141,26 +141,24 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         attributes: dict[str, str],
         work: Callable[[], Awaitable[Response]],
     ) -> Response:
-        with self.tracer.start_as_current_span(
-            f"tollgate.allocator.v1.Allocator/{name}", attributes=attributes
-        ) as span:
-            token = bearer_token(context.invocation_metadata())
-            try:
-                authorize(await self.accounts.account_of(token) if token else None, attributes["account"])
-            except Denied as denied:
-                span.set_attribute("rpc.grpc.status_code", denied.code.value[0])
-                await context.abort(denied.code, denied.message)
-            try:
-                return await work()
-            except Exception as error:
-                code, message = status_of(error)
-                if code is grpc.StatusCode.INTERNAL:
-                    log.exception("%s failed", name)
-                elif code is grpc.StatusCode.UNAVAILABLE:
-                    log.warning("%s: %s", name, message)
-                span.set_attribute("rpc.grpc.status_code", code.value[0])
-                await context.abort(code, message)
-                raise  # unreachable: abort raises
+        # The call's server span is opentelemetry-instrumentation-grpc's (in the caller's trace); it gets the
+        # call's account and load balancer (the instrumentation records the status code).
+        trace.get_current_span().set_attributes(attributes)
+        token = bearer_token(context.invocation_metadata())
+        try:
+            authorize(await self.accounts.account_of(token) if token else None, attributes["account"])
+        except Denied as denied:
+            await context.abort(denied.code, denied.message)
+        try:
+            return await work()
+        except Exception as error:
+            code, message = status_of(error)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("%s failed", name)
+            elif code is grpc.StatusCode.UNAVAILABLE:
+                log.warning("%s: %s", name, message)
+            await context.abort(code, message)
+            raise  # unreachable: abort raises
 
     async def RegisterEndpoint(
         self, request: pb.RegisterEndpointRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -236,7 +234,6 @@ class Limits:
 async def start(
     registry: Registry,
     accounts: Accounts,
-    tracer: trace.Tracer,
     address: str,
     credentials: grpc.ServerCredentials | None = None,
     limits: Limits = Limits(),
@@ -246,11 +243,12 @@ async def start(
     token must be one of `accounts`' and the call must name that account. gRPC health (SERVING while `ready()`)
     and reflection need no token."""
     server = grpc.aio.server(
+        interceptors=server_interceptors(),
         options=[("grpc.max_receive_message_length", limits.max_message_bytes)],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     pb_grpc.add_AllocatorServicer_to_server(  # type: ignore[no-untyped-call]
-        AllocatorService(registry, accounts, tracer), server
+        AllocatorService(registry, accounts), server
     )
     add_standard_services(server, [SERVICE_NAME], ready)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
