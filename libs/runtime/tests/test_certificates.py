@@ -8,12 +8,15 @@ import shutil
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from tollgate.runtime.certificates import CERT_FILE, KEY_FILE, ServingCertificate
+from tollgate.runtime.http_server import HTTPServer
 from tollgate.testing.agents import certificates
+from tollgate.testing.wait import eventually
 
 
 @pytest.fixture
@@ -105,3 +108,28 @@ async def test_a_renewed_certificate_is_served_over_grpc_without_a_restart(
         assert not await grpc_connects(port, first), "the old pair is gone"
     finally:
         await server.stop(None)
+
+
+async def _answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def test_the_http_server_serves_a_renewed_certificate_without_a_restart(
+    tmp_path: Path, authorities: tuple[Path, Path]
+) -> None:
+    """tollgate.runtime.http_server, which the webhook and the xds debug API serve through, polls its files."""
+    first, second = authorities
+    server = HTTPServer(_answer, "127.0.0.1", 0, ServingCertificate(tmp_path / "served"), reload_seconds=0.05)
+    serving = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: handshake(server.port, first), "the first pair served")
+        install(second.parent, tmp_path / "served")
+
+        async def renewed() -> bool:
+            return await handshake(server.port, second) and not await handshake(server.port, first)
+
+        await eventually(renewed, "the renewed pair served, and only it", timeout=10)
+    finally:
+        server.stop()
+        await serving

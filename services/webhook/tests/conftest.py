@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from tollgate.models import kind_for
 from tollgate.runtime.certificates import ServingCertificate
+from tollgate.runtime.http_server import HTTPServer
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.api.app import Admitter, create_app
-from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import Store, store_for
 from tollgate.webhook.certs import generate
 from tollgate.webhook.defaulting import JSONPatch, default_patch
@@ -146,16 +146,9 @@ class RunningServer:
         self.reload_seconds = reload_seconds
         tls = ServingCertificate(cert_dir)
         app = create_app(Admitter(store, limits), tracer_provider)
-        self.server = AdmissionServer(app, "127.0.0.1", 0, tls)
+        self.server = HTTPServer(app, "127.0.0.1", 0, tls, reload_seconds=reload_seconds)
         self.url = f"https://127.0.0.1:{self.server.port}"
-        self.thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
-
-    async def _main(self) -> None:
-        reloading = asyncio.create_task(self.server.reload_certificates(self.reload_seconds))
-        try:
-            await self.server.serve()
-        finally:
-            reloading.cancel()
+        self.thread = threading.Thread(target=asyncio.run, args=(self.server.serve(),), daemon=True)
 
     def start(self) -> RunningServer:
         self.thread.start()

@@ -16,16 +16,19 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from tollgate.runtime.certificates import ServingCertificate
+from tollgate.runtime.http_server import HTTPServer
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import EndpointPolicySettings, RoutedIPTrustSettings, ServiceSettings
 from tollgate.webhook.api.app import MAX_REQUEST_BYTES, Admitter, create_app
-from tollgate.webhook.api.server import AdmissionServer
 from tollgate.webhook.cache import store_for
 from tollgate.webhook.k8s import start_informers
 from tollgate.webhook.kinds import kind_of
 from tollgate.webhook.registration import TIMEOUT_SECONDS
 from tollgate.webhook.validation import INDEXES, Limits
+
+# Longer than the API server's idle-connection timeout (90 s), so it never reuses a connection we just closed.
+KEEP_ALIVE_SECONDS = 120
 
 
 class Settings(ServiceSettings, RoutedIPTrustSettings, EndpointPolicySettings):
@@ -74,8 +77,13 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         pending_wait_seconds=settings.pending_wait_seconds,
         meter=context.telemetry.meter("tollgate.webhook"),
     )
-    server = AdmissionServer(
-        create_app(admitter, max_request_bytes=settings.max_request_bytes), settings.host, settings.port, tls
+    server = HTTPServer(
+        create_app(admitter, max_request_bytes=settings.max_request_bytes),
+        settings.host,
+        settings.port,
+        tls,
+        reload_seconds=settings.cert_reload_seconds,
+        keep_alive_seconds=KEEP_ALIVE_SECONDS,
     )
     context.health.add_readiness_check("https", lambda: server.started or "not serving yet")
     stop_informers = start_informers(
@@ -86,7 +94,6 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         label_selector=settings.label_selector,
     )
     serving = asyncio.create_task(server.serve())
-    reloading = asyncio.create_task(server.reload_certificates(settings.cert_reload_seconds))
     stopping = asyncio.create_task(context.stop.wait())
     try:
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -96,10 +103,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
             raise RuntimeError("the HTTPS admission server stopped on its own")
     finally:
         stop_informers.set()
-        for task in (reloading, stopping):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
 
 
 if __name__ == "__main__":

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import kopf
-import uvicorn
 from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.runtime.certificates import ServingCertificate
 from tollgate.runtime.grpc_server import add_standard_services
+from tollgate.runtime.http_server import HTTPServer
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
@@ -143,14 +142,6 @@ def replica_identity(settings: Settings) -> str:
     return f"{namespace}/{pod}" if pod and namespace else socket.gethostname()
 
 
-class _APIServer(uvicorn.Server):
-    """uvicorn inside the service: signals stay with tollgate.runtime."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def main(settings: Settings, context: ServiceContext) -> None:
     telemetry = context.telemetry
     server = XdsServer(
@@ -189,17 +180,11 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     log.info("ADS serving", extra={"grpc": f"{settings.grpc_host}:{settings.grpc_port}"})
 
     gatekeeper = Gatekeeper(Reviews(api)) if settings.api_auth else None
-    cert_dir = settings.api_cert_dir
-    api_server = _APIServer(
-        uvicorn.Config(
-            create_app(server, gatekeeper, replica_identity(settings)),
-            host=settings.api_host,
-            port=settings.api_port,
-            log_config=None,
-            access_log=False,
-            ssl_certfile=None if cert_dir is None else cert_dir / "tls.crt",
-            ssl_keyfile=None if cert_dir is None else cert_dir / "tls.key",
-        )
+    api_server = HTTPServer(
+        create_app(server, gatekeeper, replica_identity(settings)),
+        settings.api_host,
+        settings.api_port,
+        None if settings.api_cert_dir is None else ServingCertificate(settings.api_cert_dir),
     )
     context.health.add_readiness_check("api", lambda: api_server.started or "debug API not started")
 
@@ -228,7 +213,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
                 raise task.exception()  # type: ignore[misc]
     finally:
         context.stop.set()
-        api_server.should_exit = True
+        api_server.stop()
         await stop_grpc_server(grpc_server, grace=1)  # Envoys keep their config and reconnect to the next instance
         await asyncio.gather(*tasks, return_exceptions=True)
 

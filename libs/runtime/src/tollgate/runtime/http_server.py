@@ -1,22 +1,17 @@
-"""uvicorn over TLS inside a tollgate service: the runtime owns the signals, the certificate reloads live."""
+"""uvicorn inside a tollgate service: the runtime owns the signals, and over TLS a renewed certificate is served
+without a restart (the webhook's HTTPS, the xds debug API)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
 
 from tollgate.runtime.certificates import ServingCertificate
-
-log = logging.getLogger("tollgate.webhook.server")
-
-# Longer than the API server's idle-connection timeout (90 s), so it never reuses a connection we just closed.
-KEEP_ALIVE_SECONDS = 120
 
 
 class _Server(uvicorn.Server):
@@ -26,21 +21,31 @@ class _Server(uvicorn.Server):
         yield
 
 
-class AdmissionServer:
-    """Serves `app` over HTTPS on host:port until `stop()`; `tls` is polled for new certificate files."""
+class HTTPServer:
+    """Serves the ASGI `app` on host:port until `stop()`: HTTPS when `tls` is given, its files read again every
+    `reload_seconds` while serving, else plain HTTP."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, tls: ServingCertificate) -> None:
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        host: str,
+        port: int,
+        tls: ServingCertificate | None = None,
+        *,
+        reload_seconds: float = 1.0,
+        keep_alive_seconds: int = 5,
+    ) -> None:
         self.tls = tls
+        self.reload_seconds = reload_seconds
         self.socket = _listen(host, port)
         self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(
             app,
-            ssl_context_factory=lambda _config, _default: tls.ssl_context(),
-            http="httptools",
+            ssl_context_factory=None if tls is None else lambda _config, _default: tls.ssl_context(),
             log_config=None,
             access_log=False,
             lifespan="off",
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            timeout_keep_alive=keep_alive_seconds,
         )
         self.server = _Server(config)
 
@@ -49,12 +54,17 @@ class AdmissionServer:
         return bool(self.server.started)
 
     async def serve(self) -> None:
-        await self.server.serve(sockets=[self.socket])
+        reloading = None if self.tls is None else asyncio.create_task(self._reload_certificates(self.tls))
+        try:
+            await self.server.serve(sockets=[self.socket])
+        finally:
+            if reloading is not None:
+                reloading.cancel()
 
-    async def reload_certificates(self, interval: float) -> None:
+    async def _reload_certificates(self, tls: ServingCertificate) -> None:
         while True:
-            await asyncio.sleep(interval)
-            self.tls.reload()
+            await asyncio.sleep(self.reload_seconds)
+            tls.reload()
 
     def stop(self) -> None:
         self.server.should_exit = True
