@@ -4,7 +4,7 @@ blocks (one conditional replace per block of IDs), in the same run on the same c
 
     .venv/bin/python -m bench.allocator                       # K = 1 4 8, N = 100, on a fresh embedded cluster
     .venv/bin/python -m bench.allocator --ids 50 --kubeconfig .dev/kubeconfig
-    .venv/bin/python -m bench.allocator --quick               # K = 1 4, N = 20: CI smoke, well under two minutes
+    .venv/bin/python -m bench.allocator --quick               # K = 1 4, N = 10: CI smoke, well under two minutes
     .venv/bin/python -m bench.allocator --allocators 1 2 4 8 --total-ids 100 1000 10000 --json out.json  # curves
 
 Prints one table: IDs/second, conflicts and retries per ID, duplicates (must be 0) and the ratio of each scheme
@@ -219,10 +219,10 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--ceiling-calls", type=int, default=200)
     parser.add_argument("--json", type=Path, help="write the results here as JSON, after each run")
-    parser.add_argument("--quick", action="store_true", help="K = 1 and 4, N = 20, 50 ceiling calls: CI smoke")
+    parser.add_argument("--quick", action="store_true", help="K = 1 and 4, N = 10, 20 ceiling calls: CI smoke")
     args = parser.parse_args()
     if args.quick:
-        args.allocators, args.ids, args.total_ids, args.ceiling_calls = [1, 4], 20, None, 50
+        args.allocators, args.ids, args.total_ids, args.ceiling_calls = [1, 4], 10, None, 20
     asyncio.run(main_async(args))
 
 
