@@ -32,11 +32,13 @@ def load(pattern: str, results: Path) -> list[Any]:
 
 
 def xds_points(files: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One point per path, Envoys and listeners: the last measured in file order (later runs win)."""
+    """One point per path, Envoys and listeners: of several runs, the one at the lowest load (the least disturbed)."""
     points: dict[tuple[str, int, int], dict[str, Any]] = {}
     for results in files:
         for r in results:
-            points[(r["path"], r["envoys"], r["listeners"])] = r
+            key = (r["path"], r["envoys"], r["listeners"])
+            if key not in points or r["load"] < points[key]["load"]:
+                points[key] = r
     return list(points.values())
 
 
