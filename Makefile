@@ -115,8 +115,8 @@ dev-down: sync ## stop what make dev-up started
 	$(RUN) python -m tollgate.testing.dev down
 
 .PHONY: bench
-bench: sync tools ## the benchmarks under bench/, each printing one table
-	@for bench in allocator xds routedip jobs webhook; do echo "== bench/$$bench.py"; $(RUN) python -m bench.$$bench || exit $$?; done
+bench: sync tools ## every benchmark under bench/, one combined table (also .dev/bench/bench.md, .json); BENCH_ARGS=--quick
+	$(RUN) python -m bench $(BENCH_ARGS)
 
 
 .PHONY: docker-build

@@ -26,6 +26,8 @@ import asyncio
 import base64
 import contextlib
 import copy
+import dataclasses
+import json
 import os
 import signal
 import statistics
@@ -41,7 +43,7 @@ import aiohttp
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
-from bench import gobuild
+from bench import gobuild, report
 from bench.measure import rss_mib
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod, envoy_pod_object
@@ -123,6 +125,7 @@ class Result:
     p99: float
     cpu_per_change: float
     rss_mb: float
+    load: float  # the machine's 1-minute load average when the measurement ended (other work shares the machine)
 
 
 def node_id(index: int) -> str:
@@ -184,7 +187,13 @@ def summary(
     path: str, envoy_count: int, listener_count: int, initial: float, samples: list[float], cpu: float, rss: float
 ) -> Result:
     quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
-    return Result(path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss)
+    return Result(
+        path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss, load()
+    )
+
+
+def load() -> float:
+    return os.getloadavg()[0]
 
 
 @contextlib.contextmanager
@@ -372,6 +381,73 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+TARGET_P99 = 1.2  # tollgate delta's p99 at most this times go-control-plane delta's
+TARGET_CPU = 2.0  # tollgate delta's server CPU per change at most this times go-control-plane delta's
+TARGET_RSS = 150.0  # MB, tollgate's server process at 50 x 1000
+TARGET_AT = (50, 1000)
+
+
+def rows(results: list[dict[str, Any]]) -> list[report.Row]:
+    """The combined table's rows (bench/report.py): at each Envoys x listeners measured with both, tollgate delta
+    against go-control-plane delta (p99, CPU per change, RSS) and tollgate SotW against go-control-plane SotW (p99).
+    The targets hold at 50 x 1000, and are judged there only (at 1 x 10 a Python process's fixed costs dominate)."""
+    by_key = {(r["envoys"], r["listeners"], r["path"]): Result(**r) for r in results}
+    out = []
+    for envoy_count, listener_count in dict.fromkeys((r["envoys"], r["listeners"]) for r in results):
+        size = f"{envoy_count} x {listener_count}"
+        delta = by_key.get((envoy_count, listener_count, "tollgate delta"))
+        gcp_delta = by_key.get((envoy_count, listener_count, "go-control-plane delta"))
+        judged = (envoy_count, listener_count) == TARGET_AT
+        if delta is not None and gcp_delta is not None:
+            p99 = report.ratio(delta.p99, gcp_delta.p99)
+            cpu = report.ratio(delta.cpu_per_change, gcp_delta.cpu_per_change)
+            out += [
+                report.Row(
+                    f"xds {size}: delta p99, change to every Envoy ACKing it",
+                    f"{delta.p99 * 1000:.0f} ms",
+                    f"{gcp_delta.p99 * 1000:.0f} ms (go-control-plane delta)",
+                    p99,
+                    f"<= {TARGET_P99}x at 50 x 1000",
+                    (p99 is not None and p99 <= TARGET_P99) if judged else None,
+                ),
+                report.Row(
+                    f"xds {size}: delta server CPU per change",
+                    f"{delta.cpu_per_change * 1000:.1f} ms",
+                    f"{gcp_delta.cpu_per_change * 1000:.1f} ms (go-control-plane delta)",
+                    cpu,
+                    f"<= {TARGET_CPU}x at 50 x 1000",
+                    (cpu is not None and cpu <= TARGET_CPU) if judged else None,
+                ),
+                report.Row(
+                    f"xds {size}: delta server RSS",
+                    f"{delta.rss_mb:.0f} MB",
+                    f"{gcp_delta.rss_mb:.0f} MB (go-control-plane delta)",
+                    report.ratio(delta.rss_mb, gcp_delta.rss_mb),
+                    f"< {TARGET_RSS:.0f} MB at 50 x 1000",
+                    delta.rss_mb < TARGET_RSS if judged else None,
+                ),
+            ]
+        sotw = by_key.get((envoy_count, listener_count, "tollgate SotW"))
+        gcp_sotw = by_key.get((envoy_count, listener_count, "go-control-plane SotW"))
+        if sotw is not None and gcp_sotw is not None:
+            out.append(
+                report.Row(
+                    f"xds {size}: SotW p99, change to every Envoy ACKing it",
+                    f"{sotw.p99 * 1000:.0f} ms",
+                    f"{gcp_sotw.p99 * 1000:.0f} ms (go-control-plane SotW)",
+                    report.ratio(sotw.p99, gcp_sotw.p99),
+                    "-",
+                    None,
+                )
+            )
+    return out
+
+
+def write_json(path: Path, results: list[Result]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1) + "\n")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envoys", type=int, nargs="+", default=[1, 10])
@@ -393,6 +469,7 @@ async def main() -> None:
         help="py-spy flame graph of tollgate's server during the changes (one tollgate path and row: each overwrites)",
     )
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, BASELINE])
+    parser.add_argument("--json", type=Path, help="write the results here as JSON, after each measurement")
     args = parser.parse_args()
     if args.quick:
         args.envoys, args.listeners, args.changes = [1], [10], 5
@@ -415,10 +492,12 @@ async def main() -> None:
                 print(
                     f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
                     f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
-                    f"RSS {result.rss_mb:.0f} MB",
+                    f"RSS {result.rss_mb:.0f} MB, load {result.load:.1f}",
                     flush=True,
                 )
                 results.append(result)
+                if args.json is not None:
+                    write_json(args.json, results)
     print()
     print(table(results))
 

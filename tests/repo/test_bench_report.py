@@ -1,0 +1,104 @@
+"""The combined benchmark table (bench/report.py): each bench's results turned into rows with its targets judged,
+and the Markdown and JSON `make bench` writes. The benches themselves are not run here (make test's budget)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import allocator, report, routedip, xds
+
+
+def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50) -> dict[str, Any]:
+    return {
+        "path": path,
+        "envoys": envoys,
+        "listeners": 1000,
+        "initial_sync": 60.0,
+        "p50": p99 / 2,
+        "p99": p99,
+        "cpu_per_change": cpu,
+        "rss_mb": rss,
+        "load": 3.0,
+    }
+
+
+def test_xds_rows_judge_the_targets_at_50_x_1000() -> None:
+    rows = xds.rows(
+        [
+            xds_result("tollgate delta", p99=0.315, cpu=0.150, rss=147),
+            xds_result("go-control-plane delta", p99=0.416, cpu=0.050, rss=267),
+            xds_result("tollgate SotW", p99=10.0, cpu=0.35, rss=200),
+            xds_result("go-control-plane SotW", p99=14.0, cpu=0.5, rss=280),
+        ]
+    )
+    by_what = {row.what: row for row in rows}
+    p99 = by_what["xds 50 x 1000: delta p99, change to every Envoy ACKing it"]
+    assert (p99.tollgate, p99.met, round(p99.ratio or 0, 2)) == ("315 ms", True, 0.76)
+    cpu = by_what["xds 50 x 1000: delta server CPU per change"]
+    assert (cpu.met, round(cpu.ratio or 0, 1), cpu.target) == (False, 3.0, "<= 2.0x at 50 x 1000")
+    assert by_what["xds 50 x 1000: delta server RSS"].met is True
+    assert by_what["xds 50 x 1000: SotW p99, change to every Envoy ACKing it"].met is None
+
+
+def test_xds_rows_judge_the_targets_at_50_x_1000_only() -> None:
+    rows = xds.rows(
+        [
+            xds_result("tollgate delta", p99=0.1, cpu=0.01, rss=300, envoys=10),
+            xds_result("go-control-plane delta", p99=0.1, cpu=0.01, rss=100, envoys=10),
+        ]
+    )
+    assert [round(row.ratio or 0, 1) for row in rows] == [1.0, 1.0, 3.0]
+    assert [row.met for row in rows] == [None, None, None]
+
+
+def test_allocator_rows_compare_block_with_seed_at_the_same_k_and_ids() -> None:
+    def run(scheme: str, k: int, seconds: float) -> dict[str, Any]:
+        return dict(scheme=scheme, allocators=k, ids=100 * k, seconds=seconds, conflicts=0, retries=0, writes=1)
+
+    results = {
+        "ceiling": 100.0,
+        "block_size": 64,
+        "rows": [
+            {**run("seed", 1, 2.0), "duplicates": 0, "load": 1.0},
+            {**run("block", 1, 0.1), "duplicates": 0, "load": 1.0},
+            {**run("seed", 4, 10.0), "duplicates": 0, "load": 1.0},
+            {**run("block", 4, 4.0), "duplicates": 0, "load": 1.0},
+        ],
+    }
+    rows = allocator.rows(results)
+    assert [(row.tollgate, row.peer, row.met) for row in rows] == [
+        ("1,000 IDs/s", "50 IDs/s", None),
+        ("100 IDs/s", "40 IDs/s", False),
+    ]
+    assert rows[1].target == ">= 5x at K = 4 and 8"
+
+
+def test_routedip_rows_judge_each_failover_p99_against_two_seconds() -> None:
+    results = {
+        "many": 3,
+        "one": {"watch": [0.01, 0.02], "each": [0.05, 0.09], "all": [0.09]},
+        "many_samples": {"watch": [0.02], "each": [0.5, 2.5, 0.7], "all": [2.5]},
+        "load": 2.0,
+    }
+    rows = routedip.rows(results)
+    assert [row.met for row in rows] == [True, False, False]
+    assert rows[0].peer == "20 ms (one write seen on a watch)"
+
+
+def test_write_gives_a_markdown_table_and_json_with_the_same_rows(tmp_path: Path) -> None:
+    rows = [
+        report.Row("xds: delta p99", "315 ms", "416 ms", 0.757, "<= 1.2x", True),
+        report.Row("allocator: IDs/s", "100 IDs/s", "40 IDs/s", 2.5, ">= 5x", False),
+        report.Row("jobs: skipped", "-", "-", None, "-", None),
+    ]
+    md, js = report.write(rows, tmp_path / "bench")
+    assert md.read_text().splitlines() == [
+        "| what | tollgate | peer | ratio | target | met |",
+        "| --- | --- | --- | ---: | --- | --- |",
+        "| xds: delta p99 | 315 ms | 416 ms | 0.76x | <= 1.2x | met |",
+        "| allocator: IDs/s | 100 IDs/s | 40 IDs/s | 2.50x | >= 5x | NOT met |",
+        "| jobs: skipped | - | - | - | - | - |",
+    ]
+    assert [report.Row(**row) for row in json.loads(js.read_text())] == rows
