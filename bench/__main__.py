@@ -18,8 +18,7 @@ from pathlib import Path
 
 from bench import report
 
-BENCHES = ("allocator", "xds", "routedip")  # each: `--json`, `--quick` and rows(results), see bench/report.py
-UNWIRED = ("jobs", "webhook")  # not yet in the combined table: run at their defaults, printing their own tables
+BENCHES = ("allocator", "xds", "routedip", "webhook", "jobs", "memory")  # each: --json, --quick, rows(results)
 
 
 def run(name: str, quick: bool, output: Path) -> list[report.Row] | None:
@@ -39,26 +38,15 @@ def run(name: str, quick: bool, output: Path) -> list[report.Row] | None:
     return rows
 
 
-def run_unwired(name: str) -> bool:
-    print(f"== bench/{name}.py (its own table; not yet in the combined one)", flush=True)
-    return subprocess.run([sys.executable, "-m", f"bench.{name}"], check=False).returncode == 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="each bench's --quick setting")
-    parser.add_argument("--only", nargs="+", choices=BENCHES + UNWIRED, default=list(BENCHES + UNWIRED))
+    parser.add_argument("--only", nargs="+", choices=BENCHES, default=list(BENCHES))
     parser.add_argument("--output", type=Path, default=report.OUTPUT)
     args = parser.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
     rows, failed = [], []
     for name in args.only:
-        if name in UNWIRED:
-            if args.quick:
-                rows.append(report.Row(f"{name}: skipped (no --quick yet)", "-", "-", None, "-", None))
-            elif not run_unwired(name):
-                failed.append(name)
-            continue
         got = run(name, args.quick, args.output)
         if got is None:
             failed.append(name)

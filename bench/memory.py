@@ -14,7 +14,7 @@ embedded cluster of its own (components without client QPS limits, so the contro
 3. wait for its CPU to go quiet again: the peak RSS over the run (VmHWM) and the settled RSS (VmRSS).
 
     .venv/bin/python -m bench.memory                        # N = 1000, every service
-    .venv/bin/python -m bench.memory --quick                # N = 100, under two minutes
+    .venv/bin/python -m bench.memory --quick                # N = 20: a smoke run of every service (CI)
     .venv/bin/python -m bench.memory --services xds jobs --count 300
 
 `measure_all` returns the numbers (one `Measurement` per service); `render` prints the table.
@@ -23,6 +23,8 @@ embedded cluster of its own (components without client QPS limits, so the contro
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import tempfile
@@ -35,6 +37,7 @@ from typing import Any
 
 from kubernetes import client
 
+from bench import report
 from bench.measure import cpu_seconds, rss_mib
 from tollgate.models.epic import ACCOUNT_LABEL, USER_NAMESPACE_LABEL
 from tollgate.runtime.kube import api_client
@@ -449,18 +452,41 @@ def render(results: list[Measurement]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=1000, help="objects of each kind (default 1000)")
-    parser.add_argument("--quick", action="store_true", help="100 objects of each kind")
+    parser.add_argument("--quick", action="store_true", help="20 objects of each kind (a smoke run)")
+    parser.add_argument("--json", type=Path, help="write the measurements here as JSON (bench/report.py)")
     parser.add_argument("--services", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     parser.add_argument("--timeout", type=float, default=900, help="seconds for one service to process its objects")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    results = measure_all(100 if args.quick else args.count, args.services, args.timeout)
+    results = measure_all(20 if args.quick else args.count, args.services, args.timeout)
     load_after = os.getloadavg()
     print(render(results))
     print(
         f"\nMB = 10^6 bytes; 'met' judges the peak. Load average (1, 5, 15 min) before: "
         f"{', '.join(f'{x:.1f}' for x in load_before)}; after: {', '.join(f'{x:.1f}' for x in load_after)}."
     )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([dataclasses.asdict(found) for found in results]) + "\n")
+
+
+def rows(results: list[dict[str, Any]]) -> list[report.Row]:
+    """The combined table's rows (bench/report.py): each service's peak RSS against its idle RSS (what the
+    service costs before it holds any object); the target is the peak's, at 1000 objects."""
+    out = []
+    for fields in results:
+        found = Measurement(**fields)
+        out.append(
+            report.Row(
+                what=f"memory: {found.service} with {found.objects}",
+                tollgate=f"{found.peak_mb:.0f} MB peak",
+                peer=f"{found.idle_mb:.0f} MB (itself, idle)",
+                ratio=report.ratio(found.peak_mb, found.idle_mb),
+                target=f"under {TARGET_MB:.0f} MB",
+                met=found.met,
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

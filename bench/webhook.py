@@ -17,12 +17,14 @@ times it (its apiserver_admission_webhook_admission_duration_seconds).
 
     .venv/bin/python -m bench.webhook                  # its own embedded cluster (about 7 s to start)
     .venv/bin/python -m bench.webhook --kubeconfig .dev/kubeconfig --requests 3000
+    .venv/bin/python -m bench.webhook --quick --json .dev/bench/webhook.json   # CI smoke, the targets as JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
@@ -41,7 +43,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from kubernetes import client, config
 
-from bench import gobuild
+from bench import gobuild, report
 from bench.measure import cpu_seconds, percentile
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
@@ -360,7 +362,7 @@ def summary(rows: list[Measured]) -> list[Target]:
     return targets
 
 
-def report(rows: list[Measured]) -> None:
+def print_tables(rows: list[Measured]) -> None:
     print()
     print(f"load average {' '.join(f'{value:.1f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     print()
@@ -405,7 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--loads", nargs="+", default=list(LOADS), choices=list(LOADS), help="which loads to run (default: all)"
     )
+    parser.add_argument("--quick", action="store_true", help="Goop only, the paced load, 1 round of 150 (CI smoke)")
+    parser.add_argument("--json", type=Path, help="write the targets' figures here as JSON (bench/report.py)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.kinds, args.loads, args.rounds, args.requests = ["Goop"], ["paced"], 1, 150
     every = {"1": Load(1), "50": Load(50), "paced": Load(50, args.paced_rate)}
     loads = [every[name] for name in LOADS if name in args.loads]
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
@@ -434,8 +440,31 @@ def main(argv: list[str] | None = None) -> int:
             bench.close()
             if cluster is not None:
                 cluster.down()
-    report(rows)
+    print_tables(rows)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([dataclasses.asdict(target) for target in summary(rows)]) + "\n")
     return 0
+
+
+def rows(results: list[dict[str, Any]]) -> list[report.Row]:
+    """The combined table's rows (bench/report.py): each target of `summary`, tollgate against the Go floor."""
+    out = []
+    for found in results:
+        target = Target(**found)
+        what, unit = target.name.rsplit(" (", 1)
+        unit = unit.rstrip(")")
+        out.append(
+            report.Row(
+                what=f"webhook: {target.kind}, {what}",
+                tollgate=f"{target.tollgate:.2f} {unit}",
+                peer=f"{target.floor:.2f} {unit} (a do-nothing Go webhook)",
+                ratio=target.ratio,
+                target=f"at most {target.limit:g}x",
+                met=target.met,
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

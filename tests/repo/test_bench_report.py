@@ -3,11 +3,12 @@ and the Markdown and JSON `make bench` writes. The benches themselves are not ru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
-from bench import allocator, report, routedip, xds
+from bench import allocator, jobs, memory, report, routedip, webhook, xds
 
 
 def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50) -> dict[str, Any]:
@@ -85,6 +86,46 @@ def test_routedip_rows_judge_each_failover_p99_against_two_seconds() -> None:
     rows = routedip.rows(results)
     assert [row.met for row in rows] == [True, False, False]
     assert rows[0].peer == "20 ms (one write seen on a watch)"
+
+
+def test_jobs_rows_judge_the_ratio_at_100_x_5_only() -> None:
+    rows = jobs.rows(
+        [
+            {"goops": 1, "jobs": 5, "direct_s": 1.0, "goop_s": 1.6, "cpu_s": 0.15},
+            {"goops": 100, "jobs": 500, "direct_s": 40.0, "goop_s": 50.0, "cpu_s": 9.0},
+        ]
+    )
+    assert [(row.met, round(row.ratio or 0, 2)) for row in rows] == [(None, 1.6), (True, 1.25)]
+    assert rows[1].what == "jobs: 100 Goops x 5 Jobs to all Completed (controller CPU 90 ms per Goop)"
+    slower = jobs.rows([{"goops": 100, "jobs": 500, "direct_s": 40.0, "goop_s": 60.0, "cpu_s": 9.0}])
+    assert slower[0].met is False
+
+
+def test_webhook_rows_are_its_targets_against_the_go_floor() -> None:
+    targets = [
+        webhook.Target("Goop", "webhook CPU per review (ms)", floor=0.6, tollgate=1.2, limit=1.5),
+        webhook.Target("Goop", "added p50, 50 clients paced at 100/s (ms)", floor=2.0, tollgate=2.8, limit=1.5),
+        webhook.Target("Goop", "added p50, 50 clients paced at 100/s (ms)", floor=-0.1, tollgate=2.8, limit=1.5),
+    ]
+    rows = webhook.rows([dataclasses.asdict(target) for target in targets])
+    assert [(row.what, row.tollgate, row.met) for row in rows] == [
+        ("webhook: Goop, webhook CPU per review", "1.20 ms", False),
+        ("webhook: Goop, added p50, 50 clients paced at 100/s", "2.80 ms", True),
+        ("webhook: Goop, added p50, 50 clients paced at 100/s", "2.80 ms", False),
+    ]
+    assert rows[2].ratio is None, "a floor within the noise of the baseline gives no ratio"
+
+
+def test_memory_rows_judge_each_services_peak_against_120_mb() -> None:
+    measured = [
+        memory.Measurement("routedip", "1000 RoutedIPs", 1000, 76.0, 111.0, 110.0, 548.0),
+        memory.Measurement("jobs", "1000 Goops (1 Job each)", 1000, 85.0, 158.0, 158.0, 515.0),
+    ]
+    rows = memory.rows([dataclasses.asdict(found) for found in measured])
+    assert [(row.what, row.tollgate, row.met) for row in rows] == [
+        ("memory: routedip with 1000 RoutedIPs", "111 MB peak", True),
+        ("memory: jobs with 1000 Goops (1 Job each)", "158 MB peak", False),
+    ]
 
 
 def test_write_gives_a_markdown_table_and_json_with_the_same_rows(tmp_path: Path) -> None:
