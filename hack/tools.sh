@@ -10,7 +10,7 @@
 # `hack/tools.sh jaeger` builds only Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, wrapper module hack/jaeger)
 # into the same directory: the trace backend of make dev and of the tracing e2e test. It is not part of the default
 # set: make test starts it in the background once the control plane is built (cold it takes minutes), make dev runs
-# it first. Both take the same lock, so a second one waits and then finds it built.
+# it first. Two builds of the same set take one lock, so a second one waits and then finds it built.
 # A binary named by an environment variable (KUBE_APISERVER_BINARY, ETCD_BINARY, JAEGER_BINARY, ...) or already on
 # PATH is linked instead of built. A second run does nothing.
 # Progress goes to stderr, each line with the seconds since the start: what is built or installed and from where,
@@ -180,9 +180,12 @@ else
   log "control-plane binaries for Kubernetes $K8S_VERSION in $bin"
 fi
 # One make tools at a time per cache: a second one (another checkout, another terminal) waits for the first and then
-# finds everything built, instead of building it all again beside it.
+# finds everything built, instead of building it all again beside it. Jaeger has a lock of its own: its build shares
+# no file with the control plane's, and make test's background build of it must not hold up the steps that need
+# the control plane.
 if command -v flock >/dev/null; then
   lock="${bin%/bin}/tools.lock"
+  if [ "$what" = jaeger ]; then lock="${bin%/bin}/jaeger.lock"; fi
   exec 9>>"$lock"
   if ! flock -n 9; then
     step "waiting for another make tools (pid $(cat "$lock.pid" 2>/dev/null || echo '?')) to finish with $bin" flock 9

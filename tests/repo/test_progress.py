@@ -19,6 +19,7 @@ import yaml
 
 from tollgate.testing.dev import LogFollower, Progress, busy_ports, left_behind
 from tollgate.testing.tools import repo_root, versions
+from tollgate.testing.wait import wait_for
 
 ROOT = repo_root()
 TOOLS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl", "helm"]
@@ -235,3 +236,30 @@ def test_a_second_make_tools_waits_for_the_first_and_says_so(tmp_path: Path) -> 
     assert f"done waiting for another make tools (pid 4242) to finish with {bin_dir}" in err
     assert "ready: 10 cached" in err
     assert out == f"{bin_dir}\n"
+
+
+def test_a_jaeger_build_does_not_hold_up_make_tools(tmp_path: Path) -> None:
+    """make test builds Jaeger in the background while its next steps (charts, the e2e suite) run make tools."""
+    bin_dir = tools_cache(tmp_path)
+    slow_go = tmp_path / "go-bin" / "go"
+    slow_go.parent.mkdir()
+    started = tmp_path / "jaeger-build-started"
+    slow_go.write_text(f"#!/bin/sh\ntouch {started}\nsleep 20\nexit 1\n")  # a long build, as Jaeger's cold one
+    slow_go.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_BINARY")}
+    environ |= {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": f"{slow_go.parent}:{SYSTEM_PATH}"}
+    jaeger = subprocess.Popen(
+        [str(ROOT / "hack" / "tools.sh"), "jaeger"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environ
+    )
+    try:
+        wait_for(started.exists, "the Jaeger build to start", timeout=15)
+        tools = subprocess.run(
+            [str(ROOT / "hack" / "tools.sh")], capture_output=True, text=True, env=environ, timeout=15, check=False
+        )
+        assert jaeger.poll() is None, "the Jaeger build still runs"
+    finally:
+        jaeger.kill()
+        jaeger.wait()
+    assert tools.returncode == 0, tools.stderr
+    assert "waiting" not in tools.stderr
+    assert tools.stdout == f"{bin_dir}\n"
