@@ -326,11 +326,17 @@ def add_node(core: client.CoreV1Api, nodes: list[str], name: str, run: str, pods
 
 
 def set_pod_room(core: client.CoreV1Api, name: str, pods: int) -> None:
+    """Write the node's room until it reads back: a KWOK status write (its stages) that read the node before ours
+    can land after it and put back what it read (seen once in a cold CI run: 30 s without the room)."""
     room = {"pods": str(pods), "cpu": "1k", "memory": "1Ti"}
-    core.patch_node_status(name, {"status": {"allocatable": room, "capacity": room}})
-    wait_for(
-        lambda: core.read_node(name).status.allocatable.get("pods") == str(pods), f"node {name} with room for {pods}"
-    )
+
+    def written() -> bool:
+        if core.read_node(name).status.allocatable.get("pods") == str(pods):
+            return True
+        core.patch_node_status(name, {"status": {"allocatable": room, "capacity": room}})
+        return False
+
+    wait_for(written, f"node {name} with room for {pods}", interval=0.5)
 
 
 def test_per_node_includes_nodes_joining_mid_run_only_when_asked(
