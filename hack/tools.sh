@@ -33,7 +33,10 @@ hit() { cached+=("$1"); }
 step() {
   local what=$1 start=$SECONDS tick=${TOLLGATE_TOOLS_TICK:-30} ticker rc=0
   shift
-  (while sleep "$tick" </dev/null >/dev/null 2>&1 9>&-; do log "still $what ($((SECONDS - start)) s)"; done) &
+  # The ticker ends with this script, even when it is killed outright (kill -0 $$: $$ is this script's pid).
+  (while sleep "$tick" </dev/null >/dev/null 2>&1 9>&- && kill -0 $$ 2>/dev/null; do
+    log "still $what ($((SECONDS - start)) s)"
+  done) &
   ticker=$!
   "$@" || rc=$?
   kill "$ticker" 2>/dev/null || true

@@ -9,6 +9,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -249,7 +250,11 @@ def test_a_jaeger_build_does_not_hold_up_make_tools(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.endswith("_BINARY")}
     environ |= {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": f"{slow_go.parent}:{SYSTEM_PATH}"}
     jaeger = subprocess.Popen(
-        [str(ROOT / "hack" / "tools.sh"), "jaeger"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environ
+        [str(ROOT / "hack" / "tools.sh"), "jaeger"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=environ,
+        start_new_session=True,  # its stand-in go and its ticker are killed with it, below
     )
     try:
         wait_for(started.exists, "the Jaeger build to start", timeout=15)
@@ -258,7 +263,7 @@ def test_a_jaeger_build_does_not_hold_up_make_tools(tmp_path: Path) -> None:
         )
         assert jaeger.poll() is None, "the Jaeger build still runs"
     finally:
-        jaeger.kill()
+        os.killpg(jaeger.pid, signal.SIGKILL)
         jaeger.wait()
     assert tools.returncode == 0, tools.stderr
     assert "waiting" not in tools.stderr
