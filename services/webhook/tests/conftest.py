@@ -143,7 +143,6 @@ class RunningServer:
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.cert_dir = cert_dir
-        self.reload_seconds = reload_seconds
         tls = ServingCertificate(cert_dir)
         app = create_app(Admitter(store, limits), tracer_provider)
         self.server = HTTPServer(app, "127.0.0.1", 0, tls, reload_seconds=reload_seconds)
