@@ -74,11 +74,17 @@ class Measurement:
     peak_mb: float
     settled_mb: float
     seconds: float
+    finished: bool = True  # False: the service had not processed them all within the bench's timeout
 
     @property
     def met(self) -> bool:
-        """The target holds for the peak, which is what a memory limit would meet."""
-        return self.peak_mb < TARGET_MB
+        """The target holds for the peak, which is what a memory limit would meet (and a service that did not
+        finish within the timeout has not shown its peak)."""
+        return self.finished and self.peak_mb < TARGET_MB
+
+    @property
+    def processed(self) -> str:
+        return f"{self.seconds:.0f} s" if self.finished else f"not all within {self.seconds:.0f} s"
 
 
 @dataclass
@@ -408,9 +414,15 @@ def measure(scenario: Scenario, count: int, workdir: Path, timeout: float) -> Me
         idle = rss_mib(pid) * MB_PER_MIB
         started = time.monotonic()
         create_all(custom, scenario.bodies(count))
-        wait_for(lambda: scenario.done(custom, count), f"{scenario.service} to process {count}", timeout, 2.0)
+        try:
+            wait_for(lambda: scenario.done(custom, count), f"{scenario.service} to process {count}", timeout, 2.0)
+            finished = True
+        except ConditionTimeoutError as timed_out:
+            print(f"{timed_out}; measured as it stands", file=sys.stderr)
+            finished = False
         seconds = time.monotonic() - started
-        wait_quiet(pid, f"{scenario.service} after the load")
+        if finished:
+            wait_quiet(pid, f"{scenario.service} after the load")
         return Measurement(
             service=scenario.service,
             objects=scenario.describe(count),
@@ -419,6 +431,7 @@ def measure(scenario: Scenario, count: int, workdir: Path, timeout: float) -> Me
             peak_mb=rss_mib(pid, "VmHWM") * MB_PER_MIB,
             settled_mb=rss_mib(pid) * MB_PER_MIB,
             seconds=seconds,
+            finished=finished,
         )
     finally:
         if process is not None:
@@ -444,7 +457,7 @@ def render(results: list[Measurement]) -> str:
     for r in results:
         lines.append(
             f"| {r.service} | {r.objects} | {r.idle_mb:.0f} MB | {r.peak_mb:.0f} MB | {r.settled_mb:.0f} MB "
-            f"| {r.seconds:.0f} s | {TARGET_MB:.0f} MB | {'yes' if r.met else '**no**'} |"
+            f"| {r.processed} | {TARGET_MB:.0f} MB | {'yes' if r.met else '**no**'} |"
         )
     return "\n".join(lines)
 
@@ -478,7 +491,8 @@ def rows(results: list[dict[str, Any]]) -> list[report.Row]:
         found = Measurement(**fields)
         out.append(
             report.Row(
-                what=f"memory: {found.service} with {found.objects}",
+                what=f"memory: {found.service} with {found.objects}"
+                + ("" if found.finished else f" (processed {found.processed})"),
                 tollgate=f"{found.peak_mb:.0f} MB peak",
                 peer=f"{found.idle_mb:.0f} MB (itself, idle)",
                 ratio=report.ratio(found.peak_mb, found.idle_mb),

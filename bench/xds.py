@@ -14,7 +14,9 @@ Four paths in the same run, the same Envoys, resources and changes:
 Optional: "tollgate full resend", every resource of every type sent again on each change (the old baseline).
 
     .venv/bin/python -m bench.xds --quick                 # 1 Envoy x 10 listeners, a few changes: seconds
-    .venv/bin/python -m bench.xds --envoys 1 10 50 --listeners 10 1000
+    .venv/bin/python -m bench.xds                         # the issue's rows: 1 x 10, 10 x 1000, 50 x 1000
+    .venv/bin/python -m bench.xds --sizes 100x1000 --changes 10
+    .venv/bin/python -m bench.xds --envoys 1 10 25 --listeners 1000   # every pairing (the curves)
 
 (As a module: run as a script, this file would shadow the `xds` package of xds-protos.)
 """
@@ -443,6 +445,14 @@ def rows(results: list[dict[str, Any]]) -> list[report.Row]:
     return out
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """`50x1000`: 50 Envoys of 1000 listeners each."""
+    envoys, separator, listeners = text.partition("x")
+    if not (separator and envoys.isdigit() and listeners.isdigit() and int(envoys) > 0 and int(listeners) > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a size is ENVOYSxLISTENERS, two positive integers (50x1000)")
+    return int(envoys), int(listeners)
+
+
 def write_json(path: Path, results: list[Result]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1) + "\n")
@@ -450,9 +460,17 @@ def write_json(path: Path, results: list[Result]) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envoys", type=int, nargs="+", default=[1, 10])
-    parser.add_argument("--listeners", type=int, nargs="+", default=[10, 1000])
-    parser.add_argument("--changes", type=int, default=30, help="changes measured per configuration")
+    parser.add_argument(
+        "--sizes",
+        type=parse_size,
+        nargs="+",
+        default=[(1, 10), (10, 1000), TARGET_AT],
+        metavar="ExL",
+        help="Envoys x listeners to measure (default 1x10 10x1000 50x1000, the last one the targets')",
+    )
+    parser.add_argument("--envoys", type=int, nargs="+", help="with --listeners: every pairing, instead of --sizes")
+    parser.add_argument("--listeners", type=int, nargs="+", help="with --envoys: every pairing, instead of --sizes")
+    parser.add_argument("--changes", type=int, default=15, help="changes measured per configuration")
     parser.add_argument("--quick", action="store_true", help="1 Envoy, 10 listeners, 5 changes")
     parser.add_argument(
         "--debounce-ms",
@@ -471,33 +489,35 @@ async def main() -> None:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, BASELINE])
     parser.add_argument("--json", type=Path, help="write the results here as JSON, after each measurement")
     args = parser.parse_args()
+    if (args.envoys is None) != (args.listeners is None):
+        parser.error("--envoys and --listeners go together (every pairing); for chosen pairs use --sizes")
+    sizes = args.sizes if args.envoys is None else [(e, n) for e in args.envoys for n in args.listeners]
     if args.quick:
-        args.envoys, args.listeners, args.changes = [1], [10], 5
+        sizes, args.changes = [(1, 10)], 5
     results = []
-    for envoy_count in args.envoys:
-        for listener_count in args.listeners:
-            for path in args.paths:
-                if path.startswith("go-control-plane"):
-                    result = await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
-                else:
-                    result = await measure_tollgate(
-                        path,
-                        envoy_count,
-                        listener_count,
-                        args.changes,
-                        args.log_dir,
-                        args.debounce_ms / 1000,
-                        args.profile,
-                    )
-                print(
-                    f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
-                    f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
-                    f"RSS {result.rss_mb:.0f} MB, load {result.load:.1f}",
-                    flush=True,
+    for envoy_count, listener_count in sizes:
+        for path in args.paths:
+            if path.startswith("go-control-plane"):
+                result = await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
+            else:
+                result = await measure_tollgate(
+                    path,
+                    envoy_count,
+                    listener_count,
+                    args.changes,
+                    args.log_dir,
+                    args.debounce_ms / 1000,
+                    args.profile,
                 )
-                results.append(result)
-                if args.json is not None:
-                    write_json(args.json, results)
+            print(
+                f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
+                f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
+                f"RSS {result.rss_mb:.0f} MB, load {result.load:.1f}",
+                flush=True,
+            )
+            results.append(result)
+            if args.json is not None:
+                write_json(args.json, results)
     print()
     print(table(results))
 

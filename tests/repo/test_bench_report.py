@@ -3,10 +3,13 @@ and the Markdown and JSON `make bench` writes. The benches themselves are not ru
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bench import allocator, jobs, memory, report, routedip, webhook, xds
 
@@ -93,10 +96,14 @@ def test_jobs_rows_judge_the_ratio_at_100_x_5_only() -> None:
         [
             {"goops": 1, "jobs": 5, "direct_s": 1.0, "goop_s": 1.6, "cpu_s": 0.15},
             {"goops": 100, "jobs": 500, "direct_s": 40.0, "goop_s": 50.0, "cpu_s": 9.0},
+            {"goops": 100, "jobs": 500, "direct_s": 40.0, "goop_s": 54.0, "cpu_s": 9.5},
         ]
     )
-    assert [(row.met, round(row.ratio or 0, 2)) for row in rows] == [(None, 1.6), (True, 1.25)]
-    assert rows[1].what == "jobs: 100 Goops x 5 Jobs to all Completed (controller CPU 90 ms per Goop)"
+    assert [(row.met, round(row.ratio or 0, 2)) for row in rows] == [(None, 1.6), (True, 1.25), (False, 1.35)]
+    assert [row.what for row in rows[1:]] == [
+        "jobs: 100 Goops x 5 Jobs to all Completed, run 1 (controller CPU 90 ms per Goop)",
+        "jobs: 100 Goops x 5 Jobs to all Completed, run 2 (controller CPU 95 ms per Goop)",
+    ]
     slower = jobs.rows([{"goops": 100, "jobs": 500, "direct_s": 40.0, "goop_s": 60.0, "cpu_s": 9.0}])
     assert slower[0].met is False
 
@@ -120,12 +127,21 @@ def test_memory_rows_judge_each_services_peak_against_120_mb() -> None:
     measured = [
         memory.Measurement("routedip", "1000 RoutedIPs", 1000, 76.0, 111.0, 110.0, 548.0),
         memory.Measurement("jobs", "1000 Goops (1 Job each)", 1000, 85.0, 158.0, 158.0, 515.0),
+        memory.Measurement("xds", "1000 VirtualServices", 1000, 80.0, 110.0, 110.0, 900.0, finished=False),
     ]
     rows = memory.rows([dataclasses.asdict(found) for found in measured])
     assert [(row.what, row.tollgate, row.met) for row in rows] == [
         ("memory: routedip with 1000 RoutedIPs", "111 MB peak", True),
         ("memory: jobs with 1000 Goops (1 Job each)", "158 MB peak", False),
+        ("memory: xds with 1000 VirtualServices (processed not all within 900 s)", "110 MB peak", False),
     ]
+
+
+def test_xds_sizes_are_envoys_by_listeners_and_bad_ones_name_the_form() -> None:
+    assert xds.parse_size("50x1000") == (50, 1000)
+    for bad in ("50", "x1000", "0x10", "5x-1", "fivex10"):
+        with pytest.raises(argparse.ArgumentTypeError, match="ENVOYSxLISTENERS"):
+            xds.parse_size(bad)
 
 
 def test_write_gives_a_markdown_table_and_json_with_the_same_rows(tmp_path: Path) -> None:
