@@ -239,7 +239,10 @@ class EmbeddedCluster:
         deadline = time.monotonic() + timeout
         while not self.is_ready():
             if time.monotonic() > deadline:
-                raise ClusterError(f"kube-apiserver not ready after {timeout:.0f} s; logs in {self.logs_dir()}")
+                raise ClusterError(
+                    f"kube-apiserver not ready after {timeout:.0f} s; logs in {self.logs_dir()} (a teardown removes "
+                    f"them), their last lines:\n{self.log_tails()}"
+                )
             time.sleep(0.2)
         # The default ServiceAccount appears once the controller-manager runs; pods need it.
         while self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode != 0:
@@ -265,6 +268,13 @@ class EmbeddedCluster:
 
     def logs_dir(self) -> Path:
         return self.workdir / "clusters" / self.name / "logs"
+
+    def log_tails(self, lines: int = 8) -> str:
+        """The last lines of each component's log, for an error that outlives the cluster's teardown."""
+        logs = sorted(self.logs_dir().glob("*.log")) if self.logs_dir().is_dir() else []
+        return "\n".join(
+            f"== {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in logs
+        )
 
     def _watchdog_pid_file(self) -> Path:
         return self.workdir / "clusters" / self.name / "watchdog.pid"
