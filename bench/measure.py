@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
+MB_PER_MIB = 1024 * 1024 / 1e6  # the targets are in MB (10^6 bytes); /proc counts KiB
 
 
 def percentile(samples: list[float], q: float) -> float:

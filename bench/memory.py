@@ -38,7 +38,7 @@ from typing import Any
 from kubernetes import client
 
 from bench import report
-from bench.measure import cpu_seconds, rss_mib
+from bench.measure import MB_PER_MIB, cpu_seconds, rss_mib
 from tollgate.models.epic import ACCOUNT_LABEL, USER_NAMESPACE_LABEL
 from tollgate.runtime.kube import api_client
 from tollgate.testing import agents, objects
@@ -52,7 +52,6 @@ from tollgate.webhook.k8s import register
 from tollgate.webhook.registration import Registration
 
 TARGET_MB = 120.0
-MB_PER_MIB = 1024 * 1024 / 1e6
 NAMESPACE = "bench"
 ACCOUNT = "bench"
 USER_NAMESPACE = f"epic-{ACCOUNT}"

@@ -5,7 +5,7 @@ VirtualServices of 10 UDP listeners each (EDS clusters) select every Envoy. Afte
 VirtualService at a time changes (a listener's port and its endpoint's port) and the time from the change reaching
 the server to every Envoy having ACKed it is measured, with the server's CPU per change and its RSS.
 
-Four paths in the same run, the same Envoys, resources and changes:
+Four paths in the same run, the same Envoys, resources and changes (each measurement in a fresh process of its own):
 - tollgate delta: the service's server (in this process), delta xDS, only what changed is sent;
 - tollgate SotW: the same server, Envoys on state-of-the-world ADS (every resource of a changed type is sent);
 - go-control-plane SotW and delta: bench/gcp, go-control-plane v0.14.0 (SnapshotCache over ADS; a LinearCache per
@@ -35,6 +35,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
 from bench import gobuild, report
-from bench.measure import rss_mib
+from bench.measure import MB_PER_MIB, rss_mib
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod, envoy_pod_object
 from tollgate.testing.net import free_port
@@ -189,11 +190,12 @@ async def check(started: list[EnvoyProcess], change: int, vs_count: int) -> None
 
 
 def summary(
-    path: str, envoy_count: int, listener_count: int, initial: float, samples: list[float], cpu: float, rss: float
+    path: str, envoy_count: int, listener_count: int, initial: float, samples: list[float], cpu: float, rss_mib: float
 ) -> Result:
     quantiles = statistics.quantiles(samples, n=100) if len(samples) > 1 else [samples[0]] * 99
+    rss_mb = rss_mib * MB_PER_MIB
     return Result(
-        path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss, load()
+        path, envoy_count, listener_count, initial, quantiles[49], quantiles[98], cpu / len(samples), rss_mb, load()
     )
 
 
@@ -448,6 +450,32 @@ def rows(results: list[dict[str, Any]]) -> list[report.Row]:
     return out
 
 
+async def measure_one(path: str, envoy_count: int, listener_count: int, args: argparse.Namespace) -> Result:
+    if path.startswith("go-control-plane"):
+        return await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
+    return await measure_tollgate(
+        path, envoy_count, listener_count, args.changes, args.log_dir, args.debounce_ms / 1000, args.profile
+    )
+
+
+def measure_in_own_process(path: str, envoy_count: int, listener_count: int, args: argparse.Namespace) -> Result:
+    """One measurement in a fresh `python -m bench.xds` of its own: tollgate's server runs in the bench's process,
+    so its RSS would otherwise carry what the earlier measurements left in the heap (go-control-plane runs fresh
+    each time)."""
+    with tempfile.TemporaryDirectory(prefix="bench-xds-") as tmp:
+        out = Path(tmp) / "result.json"
+        command = [
+            sys.executable,
+            *("-m", "bench.xds", "--sizes", f"{envoy_count}x{listener_count}", "--paths", path),
+            *("--changes", str(args.changes), "--debounce-ms", str(args.debounce_ms), "--log-dir", str(args.log_dir)),
+            *(("--profile", str(args.profile)) if args.profile is not None else ()),
+            *("--json", str(out)),
+        ]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        (result,) = json.loads(out.read_text())
+        return Result(**result)
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """`50x1000`: 50 Envoys of 1000 listeners each."""
     envoys, separator, listeners = text.partition("x")
@@ -497,30 +525,22 @@ async def main() -> None:
     sizes = args.sizes if args.envoys is None else [(e, n) for e in args.envoys for n in args.listeners]
     if args.quick:
         sizes, args.changes = [(1, 10)], 5
+    measurements = [(size, path) for size in sizes for path in args.paths]
     results = []
-    for envoy_count, listener_count in sizes:
-        for path in args.paths:
-            if path.startswith("go-control-plane"):
-                result = await measure_gcp(path, envoy_count, listener_count, args.changes, args.log_dir)
-            else:
-                result = await measure_tollgate(
-                    path,
-                    envoy_count,
-                    listener_count,
-                    args.changes,
-                    args.log_dir,
-                    args.debounce_ms / 1000,
-                    args.profile,
-                )
-            print(
-                f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
-                f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
-                f"RSS {result.rss_mb:.0f} MB, load {result.load:.1f}",
-                flush=True,
-            )
-            results.append(result)
-            if args.json is not None:
-                write_json(args.json, results)
+    for (envoy_count, listener_count), path in measurements:
+        if len(measurements) == 1:
+            result = await measure_one(path, envoy_count, listener_count, args)
+        else:
+            result = measure_in_own_process(path, envoy_count, listener_count, args)
+        print(
+            f"{path:>22}: {envoy_count} Envoys, {listener_count} listeners: p50 {result.p50 * 1000:.0f} ms, "
+            f"p99 {result.p99 * 1000:.0f} ms, CPU {result.cpu_per_change * 1000:.1f} ms/change, "
+            f"RSS {result.rss_mb:.0f} MB, load {result.load:.1f}",
+            flush=True,
+        )
+        results.append(result)
+        if args.json is not None:
+            write_json(args.json, results)
     print()
     print(table(results))
 
