@@ -244,8 +244,9 @@ class Reconciler:
                 read = await self.api.get_goop(namespace, name)
                 if read is None:
                     return None
-                body = kept(read)
-                self._remember(body)
+                fresh = kept(read)
+                self._remember(fresh)
+                body = self._goops.get(key, fresh)  # the watch may have delivered a newer one meanwhile
             uid = str(body["metadata"]["uid"])
             try:
                 goop = Goop.model_validate(body)
