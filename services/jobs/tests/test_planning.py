@@ -13,12 +13,15 @@ from tollgate.jobs.planning import (
     NodeInfo,
     ObservedJob,
     Plan,
+    Worker,
+    created_event,
     job_event_urgent,
     job_manifest,
     node_info,
     observe_job,
     owner_uid,
     plan,
+    records_job,
     schedulable,
     tolerates,
     worker_name,
@@ -219,11 +222,43 @@ def test_all_workers_succeeded_completes_the_goop_once() -> None:
     assert (done.status.phase, done.status.succeeded, done.status.active) == ("Completed", 3, 0)
     assert done.status.completion_time == T1
     assert condition(done.status, "Complete") == ("True", "AllJobsSucceeded")
-    assert reasons(done) == ["JobSucceeded", "JobSucceeded", "JobSucceeded", "Completed"]
+    assert reasons(done) == ["Completed"], "one Event reports the run, not one per worker that succeeded"
+    assert done.events[0].message == "all 3 worker Jobs succeeded"
     later = plan(settle(g, done), worker_jobs(3, "Succeeded"), [], T2)
     assert later.events == [] and later.create == []
     assert later.status.completion_time == T1
     assert later.status == done.status
+
+
+def test_the_jobs_one_reconcile_created_are_named_in_one_event() -> None:
+    assert created_event([Worker("g-0", index=0)]).message == "Created Job g-0 (worker 0)"
+    five = created_event([Worker(f"g-{i}", index=i) for i in range(5)])
+    assert (five.reason, five.message) == ("JobCreated", "Created 5 Jobs: g-0, g-1, g-2, g-3, g-4")
+    many = created_event([Worker(f"{'x' * 40}-{i}", index=i) for i in range(1000)]).message
+    assert len(many) <= 1024, "the API server's limit"
+    shown = many.removeprefix("Created 1000 Jobs: ").split(", and ")[0].split(", ")
+    assert shown == [f"{'x' * 40}-{i}" for i in range(len(shown))]
+    assert many.endswith(f", and {1000 - len(shown)} more")
+
+
+def wire(g: Goop) -> dict[str, Any]:
+    return g.model_dump(by_alias=True, exclude_none=True) | {"status": g.status.to_wire() if g.status else {}}
+
+
+def test_a_job_event_changes_nothing_when_the_current_status_records_the_job_as_it_is() -> None:
+    g = goop(jobCount=2)
+    written = settle(g, plan(g, [job("g-0", "Running", index=0), job("g-1", index=1)], [], T0))
+    assert records_job(wire(written), job("g-0", "Running", index=0, uid="u0"))
+    assert records_job(wire(written), job("g-1", index=1))
+    assert not records_job(wire(written), job("g-1", "Running", index=1)), "a new phase"
+    assert not records_job(wire(written), job("g-0", "Running", index=0, deleting=True)), "leaving"
+    assert not records_job(wire(written), job("g-2", index=2)), "not a worker it has"
+    edited = goop(written.status, generation=2, jobCount=2)
+    assert not records_job(wire(edited), job("g-0", "Running", index=0)), "the status is of an older spec"
+    assert not records_job(wire(goop(jobCount=2)), job("g-0", index=0)), "no status yet"
+    failed = settle(g, plan(g, [job("g-0", "Failed", index=0, reason="BackoffLimitExceeded", message="m")], [], T0))
+    assert records_job(wire(failed), job("g-0", "Failed", index=0, reason="BackoffLimitExceeded", message="m"))
+    assert not records_job(wire(failed), job("g-0", "Failed", index=0, reason="DeadlineExceeded", message="m"))
 
 
 def test_a_restarted_controller_finds_its_jobs_and_changes_nothing() -> None:

@@ -6,8 +6,13 @@ costs one or two reconciles; a failed reconcile is retried after the key's own g
 that only refresh the status (a Job created, started, one of several finished) are queued after a short
 window (`Tuning.job_batch`), so that the Goop's other Jobs' events in that window cost no reconcile of their
 own; the event of a Job that failed or finished the last of the Goop's Jobs queues it at once.
-A reconcile reads the Goop (a fresh GET: the status is the run's memory), takes its Jobs and the nodes from
-kopf's in-memory indexes, plans, acts, plans again and writes the status only when it changed.
+A reconcile takes the Goop as the watch last delivered it, or as its own last status write returned it,
+whichever is newer (the status is the run's memory, so it must never plan on a status older than its own
+write), its Jobs and the nodes from kopf's in-memory indexes, plans, acts, plans again and writes the status
+only when it changed, guarded by the resourceVersion it planned on: when the Goop changed meanwhile, the API
+server refuses the write and the reconcile runs again on a fresh read. A Goop event of a version already known
+(the echo of its own write) and a Job event that the status already records change nothing and cost no
+reconcile.
 
 Indexes lag behind the controller's own writes, so, like Kubernetes' own controllers, it remembers what it
 created or deleted until the index shows it ("expectations"), and what was deleted while finished
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -34,9 +39,12 @@ from tollgate.jobs.planning import (
     GoopEvent,
     NodeInfo,
     ObservedJob,
+    Worker,
+    created_event,
     job_event_urgent,
     job_manifest,
     plan,
+    records_job,
 )
 from tollgate.models.base import merge_patch, now_rfc3339
 from tollgate.models.goop import Goop, GoopStatus
@@ -47,6 +55,32 @@ from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 log = logging.getLogger("tollgate.jobs")
 
 Key = tuple[str, str]  # namespace, name
+Body = dict[str, Any]
+
+KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
+
+
+def kept(body: Mapping[str, Any]) -> Body:
+    """What a reconcile needs of a Goop: without managedFields, annotations and labels, which are most of it."""
+    metadata = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {key: metadata[key] for key in KEPT_METADATA if key in metadata},
+        "spec": body.get("spec") or {},
+        "status": body.get("status") or {},
+    }
+
+
+def newer(version: str | None, than: str | None) -> bool:
+    """Whether resourceVersion `version` is newer than `than`. The API server's versions are integers that grow
+    (comparable since Kubernetes 1.35, KEP-5504); one that is not counts as newer when it differs."""
+    if than is None:
+        return True
+    try:
+        return int(version or "") > int(than)
+    except ValueError:
+        return version != than
 
 
 class ClusterView(Protocol):
@@ -94,7 +128,7 @@ class Reconciler:
         self._deleted: dict[str, dict[str, float]] = {}
         self._tombstones: dict[str, dict[str, ObservedJob]] = {}
         self._warned_taken: dict[str, set[str]] = {}
-        self._written: dict[str, tuple[int | None, dict[str, Any]]] = {}
+        self._goops: dict[Key, Body] = {}
 
     # --- triggers ---------------------------------------------------------------------------------------------
 
@@ -111,23 +145,52 @@ class Reconciler:
             ]
         self.queue.add_after(key, delay)
 
+    def goop_changed(self, body: Mapping[str, Any], view: ClusterView) -> None:
+        """The watch delivered a Goop: remember it and reconcile, unless this version is known already (the echo
+        of the controller's own status write, or an older one)."""
+        metadata = body.get("metadata") or {}
+        if self._remember(kept(body)):
+            self.request((str(metadata.get("namespace")), str(metadata.get("name"))), view)
+
     def job_changed(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
-        """One of the Goop's Jobs changed: reconcile at once if the Goop may fail or complete, else batch it."""
+        """One of the Goop's Jobs changed: nothing to do if the Goop's status records it as it is."""
+        goop = self._goops.get(key)
+        if goop is not None and goop["metadata"].get("uid") == goop_uid and records_job(goop, job):
+            return
+        self._job_request(key, goop_uid, job, view)
+
+    def job_gone(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+        """A worker Job was deleted: if it had finished, keep its outcome until the status records it; reconcile
+        (an unfinished one is created again)."""
+        if job.phase in FINISHED:
+            self._tombstones.setdefault(goop_uid, {})[job.name] = replace(job, deleting=False)
+        self._job_request(key, goop_uid, job, view)
+
+    def _job_request(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+        """Reconcile at once if the Goop may fail or complete, else batch it with the Goop's next Job events."""
         urgent = job_event_urgent(job, view.jobs(goop_uid))
         self.request(key, view, 0.0 if urgent else self.tuning.job_batch)
 
-    def job_gone(self, goop_uid: str, job: ObservedJob) -> None:
-        """A worker Job was deleted: if it had finished, keep its outcome until the status records it."""
-        if job.phase in FINISHED:
-            self._tombstones.setdefault(goop_uid, {})[job.name] = replace(job, deleting=False)
-
-    def forget(self, goop_uid: str) -> None:
-        for memory in (self._created, self._deleted, self._tombstones, self._warned_taken, self._written):
+    def forget(self, key: Key, goop_uid: str) -> None:
+        for memory in (self._created, self._deleted, self._tombstones, self._warned_taken):
             memory.pop(goop_uid, None)
+        goop = self._goops.get(key)
+        if goop is not None and goop["metadata"].get("uid") == goop_uid:
+            del self._goops[key]
 
-    def echoes_own_write(self, goop_uid: str, generation: int | None, status: dict[str, Any]) -> bool:
-        """Whether a Goop event only brings back the status this controller last wrote for that spec."""
-        return self._written.get(goop_uid) == (generation, status)
+    def _remember(self, body: Body) -> bool:
+        """Keep the newest Goop body known, from the watch or from a status write; False if `body` is not newer."""
+        metadata = body["metadata"]
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        known = self._goops.get(key)
+        if (
+            known is not None
+            and known["metadata"].get("uid") == metadata.get("uid")
+            and not newer(metadata.get("resourceVersion"), known["metadata"].get("resourceVersion"))
+        ):
+            return False
+        self._goops[key] = body
+        return True
 
     async def close(self) -> None:
         self.queue.close()
@@ -176,15 +239,19 @@ class Reconciler:
         with self._tracer.start_as_current_span("reconcile goop") as span:
             span.set_attribute("goop.namespace", namespace)
             span.set_attribute("goop.name", name)
-            body = await self.api.get_goop(namespace, name)
+            body = self._goops.get(key)
             if body is None:
-                return None
+                read = await self.api.get_goop(namespace, name)
+                if read is None:
+                    return None
+                fresh = kept(read)
+                self._remember(fresh)
+                body = self._goops.get(key, fresh)  # the watch may have delivered a newer one meanwhile
             uid = str(body["metadata"]["uid"])
             try:
                 goop = Goop.model_validate(body)
             except ValidationError as error:
-                await self._invalid(body, error)
-                return None
+                return await self._invalid(key, body, error)
             if self.view is None:
                 raise RuntimeError("no cluster view yet")
             jobs = self._observed(uid)
@@ -193,6 +260,7 @@ class Reconciler:
             first = plan(goop, jobs, nodes, now)
             events: list[GoopEvent] = []
             rejected: dict[str, str] = {}
+            created: list[Worker] = []
             requeue: float | None = None
             results = await asyncio.gather(
                 *(self.api.create_job(namespace, job_manifest(goop, worker), uid) for worker in first.create)
@@ -213,10 +281,10 @@ class Reconciler:
                     jobs.append(job)
                     if result.outcome == "created":
                         self._jobs_created.add(1)
+                        created.append(worker)
                         log.info("created Job", extra={"goop": f"{namespace}/{name}", "job": worker.name})
-                        events.append(
-                            GoopEvent("Normal", "JobCreated", f"Created Job {worker.name} ({worker.describe()})")
-                        )
+            if created:
+                events.append(created_event(created))
             for deletion in first.delete:
                 await self.api.delete_job(namespace, deletion.job.name, deletion.job.uid)
                 self._deleted.setdefault(uid, {})[deletion.job.name] = time.monotonic() + self.tuning.expectation_ttl
@@ -229,17 +297,35 @@ class Reconciler:
             status = final.status.to_wire()
             before = goop.status.to_wire() if goop.status is not None else {}
             if status != before:
-                if not await self.api.patch_status(namespace, name, uid, merge_patch(before, status)):
+                version = str(body["metadata"].get("resourceVersion"))
+                written = await self.api.patch_status(namespace, name, uid, version, merge_patch(before, status))
+                if written.outcome == "gone":
                     return None  # deleted meanwhile; its Jobs go with it
+                if written.outcome == "conflict":
+                    # Changed since the version planned on: plan again on a fresh read (the Jobs created are
+                    # remembered, and the transitions not reported yet are still transitions then).
+                    self._forget_body(key, body)
+                    log.info("Goop changed meanwhile; planning again", extra={"goop": f"{namespace}/{name}"})
+                    return 0.0
+                self._remember_written(key, written.body)
                 if goop.status is None or goop.status.phase != final.status.phase:
                     log.info("Goop phase", extra={"goop": f"{namespace}/{name}", "phase": final.status.phase})
-            self._written[uid] = (goop.generation, status)
             self._post(body, final.events)
             self._settle_tombstones(uid, final.status)
             span.set_attribute("goop.phase", final.status.phase)
             span.set_attribute("goop.jobs_created", len(first.create))
             span.set_attribute("goop.jobs_deleted", len(first.delete))
             return requeue
+
+    def _remember_written(self, key: Key, written: Body | None) -> None:
+        """Keep the Goop as the status write returned it, unless it was forgotten meanwhile (deleted)."""
+        known = self._goops.get(key)
+        if written is not None and known is not None and known["metadata"].get("uid") == written["metadata"].get("uid"):
+            self._remember(kept(written))
+
+    def _forget_body(self, key: Key, body: Body) -> None:
+        if self._goops.get(key) is body:
+            del self._goops[key]
 
     @staticmethod
     def _post(body: dict[str, Any], events: list[GoopEvent]) -> None:
@@ -281,7 +367,7 @@ class Reconciler:
         if not tombstones:
             del self._tombstones[uid]
 
-    async def _invalid(self, body: dict[str, Any], error: ValidationError) -> None:
+    async def _invalid(self, key: Key, body: Body, error: ValidationError) -> float | None:
         """A Goop the model refuses (the CRD schema lets little through): say which field, create nothing."""
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         metadata = body["metadata"]
@@ -289,7 +375,15 @@ class Reconciler:
         current = body.get("status") or {}
         failed = next((c for c in current.get("conditions") or [] if c.get("type") == FAILED), None)
         if failed is not None and failed.get("reason") == "InvalidSpec" and failed.get("message") == problems:
-            return
+            return None
         status.set_condition(FAILED, "True", "InvalidSpec", problems, metadata.get("generation"))
-        await self.api.patch_status(metadata["namespace"], metadata["name"], metadata["uid"], status.to_wire())
-        self._post(body, [GoopEvent("Warning", "InvalidSpec", problems)])
+        written = await self.api.patch_status(
+            key[0], key[1], str(metadata["uid"]), str(metadata.get("resourceVersion")), status.to_wire()
+        )
+        if written.outcome == "conflict":
+            self._forget_body(key, body)
+            return 0.0
+        self._remember_written(key, written.body)
+        if written.outcome == "written":
+            self._post(body, [GoopEvent("Warning", "InvalidSpec", problems)])
+        return None

@@ -26,6 +26,8 @@ from tollgate.models.goop import GROUP, VERSION
 from tollgate.runtime.operator import configure
 
 PER_NODE = "PerNode"
+EVENT_POSTERS = 16
+EVENT_POSTER_IDLE_SECONDS = 0.1
 
 
 class IndexView:
@@ -64,6 +66,14 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         configure(settings, "jobs")
         settings.persistence.diffbase_storage = NoEssence(prefix="jobs.tollgate.io", key="last-handled-configuration")
         settings.posting.reporting_component = "tollgate-jobs"
+        # kopf posts each object's Events from a worker of its own, each request on a connection of its own when
+        # none is free (its connection pool has no limit): a burst of new Goops can open hundreds of TLS connections
+        # at once, CPU and memory for a courtesy. A few workers, each leaving as soon as its Goop has nothing more
+        # to post, keep up with the Events of hundreds of Goops a second.
+        settings.posting.worker_limit = EVENT_POSTERS
+        settings.posting.idle_timeout = EVENT_POSTER_IDLE_SECONDS
+        # Watch only the Jobs of Goops (server-side): other Jobs cost no events, no per-object memory in kopf.
+        settings.watching.label_selectors["batch", "jobs"] = GOOP_UID_LABEL
         # Every handler here is an event handler, so kopf would log each watch event at INFO: keep that for DEBUG.
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)
@@ -92,12 +102,14 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     @kopf.on.event(GROUP, VERSION, "goops", registry=registry)
     async def goop_changed(
-        type: str, namespace: str | None, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **kwargs: Any
+        type: str, body: kopf.Body, namespace: str | None, name: str, uid: str, **kwargs: Any
     ) -> None:
+        if namespace is None:
+            return
         if type == "DELETED":
-            reconciler.forget(uid)
-        elif namespace is not None and not reconciler.echoes_own_write(uid, meta.get("generation"), dict(status)):
-            reconciler.request((namespace, name), _view(kwargs))
+            reconciler.forget((namespace, name), uid)
+        else:
+            reconciler.goop_changed(body, _view(kwargs))
 
     @kopf.on.event("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, registry=registry)
     async def job_changed(type: str, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
@@ -107,8 +119,9 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         goop, uid = str(owner.get("name")), str(owner.get("uid"))
         job = observe_job(body)
         if type == "DELETED":
-            reconciler.job_gone(uid, job)
-        reconciler.job_changed((namespace, goop), uid, job, _view(kwargs))
+            reconciler.job_gone((namespace, goop), uid, job, _view(kwargs))
+        else:
+            reconciler.job_changed((namespace, goop), uid, job, _view(kwargs))
 
     @kopf.on.event("v1", "nodes", registry=registry)
     async def node_changed(**kwargs: Any) -> None:

@@ -13,11 +13,21 @@ from typing import Any, Literal
 from kubernetes import client
 
 from tollgate.models.goop import GROUP, VERSION
-from tollgate.runtime.kube import is_not_found
+from tollgate.runtime.kube import is_conflict, is_not_found
 
 PLURAL = "goops"
+JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch", "v1", "jobs"
 
 Outcome = Literal["created", "exists", "taken", "rejected"]
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """`written`: `body` is the Goop as the API server stored it; `gone`: the Goop no longer exists; `conflict`: it
+    changed since it was read (another resourceVersion, or deleted and re-created: another uid)."""
+
+    outcome: Literal["written", "gone", "conflict"]
+    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -53,24 +63,32 @@ class GoopApi:
             raise
         return dict(body) if isinstance(body, dict) else None
 
-    async def patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> bool:
-        """goops/status patch (a merge patch: keys set to None are removed; uid guards against a re-created Goop).
-        False when the Goop is gone."""
-        body = {"metadata": {"uid": uid}, "status": status}
+    async def patch_status(
+        self, namespace: str, name: str, uid: str, resource_version: str, status: dict[str, Any]
+    ) -> PatchResult:
+        """goops/status patch: a merge patch (keys set to None are removed) of the Goop as it was read, guarded by
+        its uid (not a re-created Goop) and resourceVersion (409 Conflict when it changed meanwhile)."""
+        body = {"metadata": {"uid": uid, "resourceVersion": resource_version}, "status": status}
         try:
-            await asyncio.to_thread(
+            written = await asyncio.to_thread(
                 self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURAL, name, body
             )
         except client.ApiException as error:
             if is_not_found(error):
-                return False
+                return PatchResult("gone")
+            if is_conflict(error):
+                return PatchResult("conflict")
             raise
-        return True
+        return PatchResult("written", dict(written) if isinstance(written, dict) else None)
 
     async def create_job(self, namespace: str, manifest: dict[str, Any], owner_uid: str) -> CreateResult:
-        """jobs create; on a name clash, jobs get to tell our own Job (seen late) from someone else's."""
+        """jobs create; on a name clash, jobs get to tell our own Job (seen late) from someone else's. Sent and read
+        as plain JSON (the generic object calls), not through the client's Job models: building and validating
+        those cost more CPU and memory than the whole request."""
         try:
-            await asyncio.to_thread(self.batch.create_namespaced_job, namespace, manifest)  # type: ignore[arg-type]
+            await asyncio.to_thread(
+                self.custom.create_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, manifest
+            )
         except client.ApiException as error:
             if error.status == 422:
                 return CreateResult("rejected", _api_message(error))
@@ -80,13 +98,16 @@ class GoopApi:
             return CreateResult("created")
         name = manifest["metadata"]["name"]
         try:
-            existing = await asyncio.to_thread(self.batch.read_namespaced_job, name, namespace)
+            existing = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name
+            )
         except client.ApiException as error:
             if is_not_found(error):  # deleted in between: the next reconcile creates it
                 return CreateResult("exists")
             raise
-        owners = (existing.metadata.owner_references if existing.metadata else None) or []
-        if any(owner.uid == owner_uid for owner in owners):
+        metadata = existing.get("metadata") if isinstance(existing, dict) else None
+        owners = (metadata or {}).get("ownerReferences") or []
+        if any(owner.get("uid") == owner_uid for owner in owners):
             return CreateResult("exists")
         return CreateResult("taken", f"Job {name} already exists and does not belong to this Goop")
 

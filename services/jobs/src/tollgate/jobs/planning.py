@@ -35,6 +35,7 @@ NO_ELIGIBLE_NODES = "NoEligibleNodes"
 
 FINISHED: frozenset[str] = frozenset({"Succeeded", "Failed"})
 MAX_NAME = 63  # a Job's name becomes a label value on its pods
+MAX_EVENT_MESSAGE = 1024  # what the API server keeps of an Event's message
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,21 @@ def job_event_urgent(job: ObservedJob, siblings: Iterable[ObservedJob]) -> bool:
     return job.phase in FINISHED and all(sibling.phase in FINISHED for sibling in siblings)
 
 
+def records_job(goop: Mapping[str, Any], job: ObservedJob) -> bool:
+    """Whether the Goop's status (current for its spec) records the Job as it is now: then an event of that Job
+    changes nothing a plan decides. A Job being deleted is never recorded (the plan treats it as leaving)."""
+    status = goop.get("status") or {}
+    if job.deleting or status.get("observedGeneration") != (goop.get("metadata") or {}).get("generation"):
+        return False
+    return any(
+        record.get("name") == job.name
+        and record.get("phase") == job.phase
+        and record.get("reason") == job.reason
+        and record.get("message") == job.message
+        for record in status.get("jobs") or []
+    )
+
+
 def goop_owner(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference of the Goop that controls a Job."""
     owners = (body.get("metadata") or {}).get("ownerReferences") or []
@@ -312,6 +328,19 @@ def desired_workers(
                 continue
         workers.append(Worker(worker_name(goop.name, node.name), node=node.name))
     return workers, skipped
+
+
+def created_event(workers: Sequence[Worker]) -> GoopEvent:
+    """One Event for the worker Jobs one reconcile created, naming as many as an Event's message holds."""
+    if len(workers) == 1:
+        return GoopEvent("Normal", "JobCreated", f"Created Job {workers[0].name} ({workers[0].describe()})")
+    message = f"Created {len(workers)} Jobs: " + ", ".join(worker.name for worker in workers)
+    if len(message) > MAX_EVENT_MESSAGE:
+        tail = f", and {len(workers)} more"  # the longest the tail can be
+        cut = message.rfind(", ", 0, MAX_EVENT_MESSAGE - len(tail) + 1)
+        shown = message[:cut]
+        message = f"{shown}, and {len(workers) - shown.count(', ') - 1} more"
+    return GoopEvent("Normal", "JobCreated", message)
 
 
 def _detail(job: ObservedJob) -> JobDetail:
@@ -491,16 +520,16 @@ def _conditions(
 def _transitions(
     old: GoopStatus, status: GoopStatus, records: Mapping[str, JobDetail], skipped: list[str]
 ) -> list[GoopEvent]:
-    """Events for what changed since the status last written: so a restarted controller repeats none."""
+    """Events for what changed since the status last written: so a restarted controller repeats none. A worker
+    that failed gets an Event of its own; one that succeeded does not (its record in the status says so, and
+    `Completed` reports them all)."""
     events: list[GoopEvent] = []
     for detail in status.jobs:
         before = records.get(detail.name)
         if before is not None and before.phase == detail.phase:
             continue
         where = f" on node {detail.node}" if detail.node else ""
-        if detail.phase == "Succeeded":
-            events.append(GoopEvent("Normal", "JobSucceeded", f"Job {detail.name} succeeded{where}"))
-        elif detail.phase == "Failed":
+        if detail.phase == "Failed":
             reason = f"{detail.reason}: {detail.message}" if detail.message else str(detail.reason)
             events.append(GoopEvent("Warning", "JobFailed", f"Job {detail.name} failed{where}: {reason}"))
     if status.phase != old.phase:
