@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 from opentelemetry import trace
+from prometheus_client.parser import text_string_to_metric_families
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.allocator.k8s import Kube
@@ -794,3 +795,92 @@ async def test_each_account_token_acts_on_its_account_only_and_rotates_without_r
         return bool(await code(printed.stdout.strip(), theirs) == grpc.StatusCode.UNAUTHENTICATED)
 
     await eventually(revoked, "a deleted Secret's token to be refused", timeout=10)
+
+
+LISTED_KINDS = ("loadbalancers", "remoteendpoints")
+
+
+def bytes_listed(kube: client.ApiClient) -> float:
+    """The bytes the API server has sent so far in answer to lists of LoadBalancers and RemoteEndpoints (its
+    apiserver_response_sizes histogram)."""
+    response = kube.call_api(*kube.param_serialize("GET", "/metrics", auth_settings=["BearerToken"]))
+    response.read()
+    return sum(
+        float(sample.value)
+        for family in text_string_to_metric_families(bytes(response.data or b"").decode())
+        if family.name == "apiserver_response_sizes"
+        for sample in family.samples
+        if sample.name == "apiserver_response_sizes_sum"
+        and sample.labels.get("verb") == "LIST"
+        and sample.labels.get("resource") in LISTED_KINDS
+    )
+
+
+async def test_what_a_load_balancer_costs_does_not_grow_with_its_namespace(
+    cluster: EmbeddedCluster,
+    kube: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """A load balancer's reconciles and its endpoints' events read its own endpoints and the holders of one service
+    ID, not every LoadBalancer and RemoteEndpoint of the namespace: what the allocator reads per load balancer is
+    the same with 25 load balancers in the namespace as with 5. (Whole-namespace reads made the allocator's memory
+    and time grow with the square of the load balancers it held.)"""
+    account = user_account(cluster)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+
+    def processed(names: list[str]) -> bool:
+        for name in names:
+            lb = get(custom, "loadbalancers", namespace, name)
+            ready = condition(lb, "Ready") or {}
+            if ready.get("status") != "True" or ready.get("observedGeneration") != lb["metadata"]["generation"]:
+                return False
+            for index in range(2):
+                if (condition(get(custom, "remoteendpoints", namespace, f"{name}-e{index}"), "Ready") or {}).get(
+                    "status"
+                ) != "True":
+                    return False
+        return True
+
+    async def settled() -> float | None:
+        """The bytes listed, once the allocator has stopped listing (two reads a second apart agree)."""
+        before = bytes_listed(kube)
+        await asyncio.sleep(1)
+        return before if bytes_listed(kube) == before else None
+
+    async def listed_per_load_balancer(first: int, count: int) -> float:
+        before = await eventually(settled, "the allocator to stop listing", timeout=60)
+        names = [f"lb-{index}" for index in range(first, first + count)]
+        documents = []
+        for index, name in enumerate(names, start=first):
+            lb = load_balancer(name, account)
+            lb["spec"]["public-address"] = f"192.168.77.{index + 1}"
+            documents.append(lb)
+            for e in range(2):
+                rep = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "RemoteEndpoint",
+                    "metadata": {"name": f"{name}-e{e}", "namespace": namespace},
+                    "spec": {
+                        "load-balancer": name,
+                        "address": f"127.77.{60 + index}.{e + 1}",
+                        "port": {"port": 80},
+                        "node-address": f"192.168.{60 + index}.{e + 1}",
+                    },
+                }
+                documents.append(rep)
+        cluster.kubectl("apply", "-f", "-", stdin="\n".join(json.dumps(d) for d in documents))
+        await eventually(
+            lambda: asyncio.to_thread(processed, names), f"{count} load balancers and their endpoints", timeout=180
+        )
+        after = await eventually(settled, "the allocator to stop listing", timeout=60)
+        return (after - before) / count
+
+    few = await listed_per_load_balancer(0, 5)
+    many = await listed_per_load_balancer(5, 20)
+    assert many < 2 * few, (
+        f"the allocator read {many:.0f} bytes of lists per load balancer with 25 in the namespace, {few:.0f} with 5: "
+        "its reads grow with the namespace"
+    )

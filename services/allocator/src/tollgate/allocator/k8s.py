@@ -11,7 +11,7 @@ import copy
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -48,10 +48,11 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
         self.events = EventRecorder(api, FIELD_MANAGER)
-        # Every reconcile of a load balancer and every RemoteEndpoint event reads its namespace's RemoteEndpoints:
-        # concurrent reads of one namespace share a list call instead of each holding its own copy of the list.
-        self._remote_endpoints: Coalesced[str, list[JSON]] = Coalesced(
-            lambda namespace: self.list_objects(RemoteEndpoint, namespace)
+        # Every reconcile of a load balancer and every RemoteEndpoint event reads the load balancer's RemoteEndpoints:
+        # a list filtered by the API server (the CRD's selectable field spec.load-balancer), so that each read holds
+        # that load balancer's endpoints, not the namespace's; concurrent reads of one load balancer share the call.
+        self._remote_endpoints: Coalesced[tuple[str, str], list[JSON]] = Coalesced(
+            lambda key: self.list_objects(RemoteEndpoint, key[0], field_selector=f"spec.load-balancer={key[1]}")
         )
 
     @staticmethod
@@ -77,15 +78,22 @@ class Kube:
         deleted; as fresh as a list sent now."""
         return [
             copy.deepcopy(rep)
-            for rep in await self._remote_endpoints(namespace)
-            if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
+            for rep in await self._remote_endpoints((namespace, load_balancer))
+            if not rep["metadata"].get("deletionTimestamp")
         ]
 
     async def list_objects(
-        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[JSON]:
+        """The objects of a kind (in a namespace); a field selector names one of the kind's selectable fields."""
         info = kind.resource
         extra = {"label_selector": label_selector} if label_selector else {}
+        if field_selector:
+            extra["field_selector"] = field_selector
         if namespace is None:
             result = await self._call(
                 self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **extra
@@ -149,14 +157,18 @@ class Kube:
         change: Callable[[JSON], T],
         missing: Callable[[], Exception],
         on_conflict: Callable[[int], None] | None = None,
+        prepare: Callable[[JSON], Awaitable[None]] | None = None,
     ) -> UpdateResult[JSON, T]:
         """Read the object (`missing()` is raised when it is gone), `change` it, replace its status with the
-        resourceVersion read; on 409 Conflict read again and retry."""
+        resourceVersion read; on 409 Conflict read again and retry. `prepare` runs after each read, before `change`:
+        what `change` needs from other reads, made after the object was read."""
 
         async def read() -> JSON:
             obj = await self.get(kind, namespace, name)
             if obj is None:
                 raise missing()
+            if prepare is not None:
+                await prepare(obj)
             return obj
 
         return await update_optimistically(

@@ -4,7 +4,7 @@ conditions) and RemoteEndpoints created as objects."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -82,8 +82,16 @@ class Reconciler:
         self.xds_address = xds_address
         self._load_balancer_turns: KeyedLocks[tuple[str, str]] = KeyedLocks()
 
-    async def update_status(self, kind: Kind, namespace: str, name: str, mutate: Callable[[Any], None]) -> JSON | None:
-        """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone."""
+    async def update_status(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Any], None],
+        prepare: Callable[[JSON], Awaitable[None]] | None = None,
+    ) -> JSON | None:
+        """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone.
+        `prepare` runs after each read, before `mutate` (Kube.update_status)."""
         status_model = STATUS_MODELS[kind]
 
         def change(obj: JSON) -> None:
@@ -99,6 +107,7 @@ class Reconciler:
                 change,
                 lambda: NotFoundError(f"{kind.resource.kind} {namespace}/{name}"),
                 on_conflict=lambda _: self.metrics.conflict(kind.resource.kind),
+                prepare=prepare,
             )
         except NotFoundError:
             return None
@@ -251,15 +260,11 @@ class Reconciler:
             )
             return False, "AccountNotFound", message, None
         spec = LoadBalancerSpec.model_validate(lb["spec"])
-        others = [
-            o for o in await self.kube.list_objects(LoadBalancer, namespace) if o["metadata"]["name"] != meta["name"]
-        ]
         if spec.service_id is not None:
             earlier = [
                 o["metadata"]["name"]
-                for o in others
-                if o["spec"].get("service-id") == spec.service_id
-                and (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
+                for o in await self._service_id_holders(namespace, spec.service_id, meta["name"])
+                if (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
                 < (meta["creationTimestamp"], meta["name"])
             ]
             if earlier:
@@ -267,17 +272,35 @@ class Reconciler:
                 await self.kube.event(lb, "DuplicateServiceID", message, warning=True)
                 return False, "DuplicateServiceID", message, None
             return True, "ServiceIDAllocated", f"service-id {spec.service_id}", None
-        used = {int(o["spec"]["service-id"]) for o in others if o["spec"].get("service-id") is not None}
+        # The counter, bumped with the Account's resourceVersion, is what keeps two allocations from ever returning
+        # one ID (each returns an ID above the counter it read, and only one write per counter value succeeds). The
+        # IDs set by hand that it must skip are read live after the counter, one candidate at a time (a list of the
+        # holders of that ID, filtered by the API server), so no cache can lag behind them, and no reconcile holds
+        # the namespace's whole list of load balancers.
+        used: set[int] = set()
+
+        async def skip_used(obj: JSON) -> None:
+            candidate = AccountStatus.model_validate(obj.get("status") or {}).current_service_id + 1
+            while candidate <= allocation.MAX_SERVICE_ID and (
+                candidate in used or await self._service_id_holders(namespace, candidate, meta["name"])
+            ):
+                used.add(candidate)
+                candidate += 1
 
         def next_id(status: AccountStatus) -> None:
             status.current_service_id = allocation.next_service_id(status.current_service_id, used)
 
-        written = await self.update_status(Account, namespace, account, next_id)
+        written = await self.update_status(Account, namespace, account, next_id, skip_used)
         if written is None:
             return False, "AccountNotFound", f"Account {account!r} was deleted", None
         self.metrics.service_ids.add(1)
         new_id = int(written["status"]["current-service-id"])
         return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
+
+    async def _service_id_holders(self, namespace: str, service_id: int, but: str) -> list[JSON]:
+        """The load balancers of the namespace other than `but` whose spec.service-id is `service_id`."""
+        holders = await self.kube.list_objects(LoadBalancer, namespace, field_selector=f"spec.service-id={service_id}")
+        return [o for o in holders if o["metadata"]["name"] != but]
 
     async def _public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
         """The object's public address from its group's ServicePrefix: kept when it holds one, claimed when given,
@@ -428,8 +451,7 @@ class Reconciler:
         return [
             obj
             for kind in kinds
-            for obj in await self.kube.list_objects(kind, namespace)
-            if obj["spec"].get("service-group") == name
+            for obj in await self.kube.list_objects(kind, namespace, field_selector=f"spec.service-group={name}")
         ]
 
     async def group_deleted(self, group: JSON) -> None:

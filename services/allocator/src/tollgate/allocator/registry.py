@@ -532,7 +532,9 @@ class Registry:
         namespace = account_namespace(account)
         found = [
             rep
-            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
+            for rep in await self.kube.list_objects(
+                RemoteEndpoint, namespace, field_selector=f"spec.load-balancer={load_balancer}"
+            )
             if identity(rep["spec"])[:2] == (load_balancer, endpoint) and wanted in (None, identity(rep["spec"])[2:])
         ]
         if not found:
@@ -554,14 +556,13 @@ class Registry:
         if load_balancer and not account:
             raise InvalidArgumentError("account: required when load_balancer is given")
         namespace = account_namespace(allocation.validate_name("account", account)) if account else None
-        reps = [
-            rep
-            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
-            if not load_balancer or rep["spec"].get("load-balancer") == load_balancer
-        ]
+        by_endpoint, by_name = (
+            (f"spec.load-balancer={load_balancer}", f"metadata.name={load_balancer}") if load_balancer else (None, None)
+        )
+        reps = await self.kube.list_objects(RemoteEndpoint, namespace, field_selector=by_endpoint)
         lbs = {
             (lb["metadata"]["namespace"], lb["metadata"]["name"]): lb
-            for lb in await self.kube.list_objects(LoadBalancer, namespace)
+            for lb in await self.kube.list_objects(LoadBalancer, namespace, field_selector=by_name)
         }
         gue = await self.gue_endpoint()
         tunnels = []
