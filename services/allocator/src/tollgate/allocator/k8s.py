@@ -52,7 +52,7 @@ class Kube:
         # a list filtered by the API server (the CRD's selectable field spec.load-balancer), so that each read holds
         # that load balancer's endpoints, not the namespace's; concurrent reads of one load balancer share the call.
         self._remote_endpoints: Coalesced[tuple[str, str], list[JSON]] = Coalesced(
-            lambda key: self.list_objects(RemoteEndpoint, key[0], field_selector=f"spec.load-balancer={key[1]}")
+            lambda key: self.list_objects(RemoteEndpoint, key[0], field_selector=field_is("spec.load-balancer", key[1]))
         )
 
     @staticmethod
@@ -365,10 +365,16 @@ class Kube:
             log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
 
 
+def field_is(path: str, value: object) -> str:
+    """A field selector for `path` equal to `value`, its value escaped as the API server parses it."""
+    escaped = str(value).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    return f"{path}={escaped}"
+
+
 def new_identity(hostname: str) -> str:
     """A name for this allocator process, different after every restart."""
     cleaned = "".join(c if c.isalnum() else "-" for c in hostname.lower()).strip("-")[:40] or "allocator"
     return f"{cleaned}-{uuid.uuid4().hex[:6]}"
 
 
-__all__ = ["Kube", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]
+__all__ = ["Kube", "field_is", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]

@@ -12,7 +12,7 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
-from tollgate.allocator.k8s import JSON, Kind, Kube
+from tollgate.allocator.k8s import JSON, Kind, Kube, field_is
 from tollgate.allocator.registry import (
     ADDRESS_NOT_ALLOWED,
     DUPLICATE,
@@ -299,7 +299,8 @@ class Reconciler:
 
     async def _service_id_holders(self, namespace: str, service_id: int, but: str) -> list[JSON]:
         """The load balancers of the namespace other than `but` whose spec.service-id is `service_id`."""
-        holders = await self.kube.list_objects(LoadBalancer, namespace, field_selector=f"spec.service-id={service_id}")
+        holding = field_is("spec.service-id", service_id)
+        holders = await self.kube.list_objects(LoadBalancer, namespace, field_selector=holding)
         return [o for o in holders if o["metadata"]["name"] != but]
 
     async def _public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
@@ -448,11 +449,8 @@ class Reconciler:
 
     async def _group_users(self, group: JSON, kinds: tuple[Kind, ...] = (LoadBalancer, GWProxy)) -> list[JSON]:
         namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]
-        return [
-            obj
-            for kind in kinds
-            for obj in await self.kube.list_objects(kind, namespace, field_selector=f"spec.service-group={name}")
-        ]
+        using = field_is("spec.service-group", name)
+        return [obj for kind in kinds for obj in await self.kube.list_objects(kind, namespace, field_selector=using)]
 
     async def group_deleted(self, group: JSON) -> None:
         """A service group goes only once no LoadBalancer or GWProxy uses it: until then its finalizer holds it,

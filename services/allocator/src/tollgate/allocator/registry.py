@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tollgate.allocator import allocation
 from tollgate.allocator.allocation import InvalidArgumentError
-from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
+from tollgate.allocator.k8s import JSON, Kube, field_is, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
 from tollgate.models.addresses import AccountRanges, EndpointPolicy, Refusal
@@ -533,7 +533,7 @@ class Registry:
         found = [
             rep
             for rep in await self.kube.list_objects(
-                RemoteEndpoint, namespace, field_selector=f"spec.load-balancer={load_balancer}"
+                RemoteEndpoint, namespace, field_selector=field_is("spec.load-balancer", load_balancer)
             )
             if identity(rep["spec"])[:2] == (load_balancer, endpoint) and wanted in (None, identity(rep["spec"])[2:])
         ]
@@ -556,9 +556,8 @@ class Registry:
         if load_balancer and not account:
             raise InvalidArgumentError("account: required when load_balancer is given")
         namespace = account_namespace(allocation.validate_name("account", account)) if account else None
-        by_endpoint, by_name = (
-            (f"spec.load-balancer={load_balancer}", f"metadata.name={load_balancer}") if load_balancer else (None, None)
-        )
+        by_endpoint = field_is("spec.load-balancer", load_balancer) if load_balancer else None
+        by_name = field_is("metadata.name", load_balancer) if load_balancer else None
         reps = await self.kube.list_objects(RemoteEndpoint, namespace, field_selector=by_endpoint)
         lbs = {
             (lb["metadata"]["namespace"], lb["metadata"]["name"]): lb
