@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import threading
 import uuid
@@ -259,37 +260,31 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force=True,
             _content_type="application/apply-patch+yaml",
+            _preload_content=False,
         )
-        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-            applied
-        )
-        return result
-
-    async def get_deployment(self, namespace: str, name: str) -> JSON | None:
-        try:
-            found = await self._call(self.apps.read_namespaced_deployment, name, namespace)
-        except client.ApiException as error:
-            if is_not_found(error):
-                return None
-            raise
-        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-            found
-        )
-        return result
+        return decoded(applied)
 
     async def pod_node_address(self, namespace: str, label_selector: str) -> str | None:
         """The InternalIP of the node of the first (by name) scheduled pod that `label_selector` picks."""
-        pods = await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
-        scheduled = sorted((p for p in pods.items if p.spec.node_name), key=lambda p: str(p.metadata.name))
+        pods = decoded(
+            await self._call(
+                self.core.list_namespaced_pod, namespace, label_selector=label_selector, _preload_content=False
+            )
+        )
+        scheduled = sorted(
+            (p for p in pods["items"] if (p.get("spec") or {}).get("nodeName")), key=lambda p: p["metadata"]["name"]
+        )
         if not scheduled:
             return None
         try:
-            node = await self._call(self.core.read_node, scheduled[0].spec.node_name)
+            node_name = scheduled[0]["spec"]["nodeName"]
+            node = decoded(await self._call(self.core.read_node, node_name, _preload_content=False))
         except client.ApiException as error:
             if is_not_found(error):
                 return None
             raise
-        return next((str(a.address) for a in node.status.addresses or [] if a.type == "InternalIP"), None)
+        addresses = (node.get("status") or {}).get("addresses") or []
+        return next((str(a["address"]) for a in addresses if a.get("type") == "InternalIP"), None)
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on `obj` (a decision a user would wonder about)."""
@@ -363,6 +358,13 @@ class Kube:
             if error.status != 403:
                 raise
             log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
+
+
+def decoded(response: Any) -> JSON:
+    """The body of a call made with `_preload_content=False`, as the API server sent it: decoded once, where the
+    client would build a model object per field (to be turned back into a dict, or read for one field)."""
+    body: JSON = json.loads(response.data)
+    return body
 
 
 def field_is(path: str, value: object) -> str:
