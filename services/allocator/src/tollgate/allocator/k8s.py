@@ -38,6 +38,8 @@ Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
 CREDENTIALS_SELECTOR = f"metadata.name={AGENT_CREDENTIALS_SECRET}"
+# A list's objects as PartialObjectMetadata: their metadata only.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 T = TypeVar("T")
 
 
@@ -105,6 +107,19 @@ class Kube:
             )
         items: list[JSON] = result["items"]
         return items
+
+    async def uids(self, kind: Kind) -> set[str]:
+        """The uids of every object of a kind, from a list of their metadata alone (no spec or status)."""
+        info = kind.resource
+        listed = await self._call(
+            self.custom.list_cluster_custom_object,
+            info.group,
+            info.version,
+            info.plural,
+            _headers={"Accept": METADATA_ONLY},
+            _preload_content=False,
+        )
+        return {str(item["metadata"]["uid"]) for item in decoded(listed)["items"]}
 
     async def create(self, kind: Kind, namespace: str, body: JSON) -> JSON:
         info = kind.resource
