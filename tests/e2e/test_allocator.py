@@ -801,8 +801,8 @@ LISTED_KINDS = ("loadbalancers", "remoteendpoints")
 
 
 def bytes_listed(kube: client.ApiClient) -> float:
-    """The bytes the API server has sent so far in answer to lists of LoadBalancers and RemoteEndpoints (its
-    apiserver_response_sizes histogram)."""
+    """The bytes the API server has sent so far in answer to lists of LoadBalancers and RemoteEndpoints in a
+    namespace (its apiserver_response_sizes histogram; the cluster-wide lists of other work are left out)."""
     response = kube.call_api(*kube.param_serialize("GET", "/metrics", auth_settings=["BearerToken"]))
     response.read()
     return sum(
@@ -813,6 +813,7 @@ def bytes_listed(kube: client.ApiClient) -> float:
         if sample.name == "apiserver_response_sizes_sum"
         and sample.labels.get("verb") == "LIST"
         and sample.labels.get("resource") in LISTED_KINDS
+        and sample.labels.get("scope") == "namespace"
     )
 
 
