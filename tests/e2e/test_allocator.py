@@ -874,7 +874,7 @@ async def test_what_a_load_balancer_costs_does_not_grow_with_its_namespace(
                 documents.append(rep)
         cluster.kubectl("apply", "-f", "-", stdin="\n".join(json.dumps(d) for d in documents))
         await eventually(
-            lambda: asyncio.to_thread(processed, names), f"{count} load balancers and their endpoints", timeout=180
+            lambda: asyncio.to_thread(processed, names), f"{count} load balancers and their endpoints", timeout=300
         )
         after = await eventually(settled, "the allocator to stop listing", timeout=60)
         return (after - before) / count
