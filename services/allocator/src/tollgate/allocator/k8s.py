@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -38,6 +38,8 @@ Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
 CREDENTIALS_SELECTOR = f"metadata.name={AGENT_CREDENTIALS_SECRET}"
+# Objects per page of a chunked list (Kube.pages).
+PAGE = 200
 # A list's objects as PartialObjectMetadata: their metadata only.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 T = TypeVar("T")
@@ -85,6 +87,17 @@ class Kube:
             if not rep["metadata"].get("deletionTimestamp")
         ]
 
+    async def _list(self, kind: Kind, namespace: str | None, **options: Any) -> Any:
+        """One list call, of a namespace or (namespace None) of the whole cluster."""
+        info = kind.resource
+        if namespace is None:
+            return await self._call(
+                self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **options
+            )
+        return await self._call(
+            self.custom.list_namespaced_custom_object, info.group, info.version, namespace, info.plural, **options
+        )
+
     async def list_objects(
         self,
         kind: Kind,
@@ -93,33 +106,41 @@ class Kube:
         field_selector: str | None = None,
     ) -> list[JSON]:
         """The objects of a kind (in a namespace); a field selector names one of the kind's selectable fields."""
-        info = kind.resource
-        extra = {"label_selector": label_selector} if label_selector else {}
+        options = {"label_selector": label_selector} if label_selector else {}
         if field_selector:
-            extra["field_selector"] = field_selector
-        if namespace is None:
-            result = await self._call(
-                self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **extra
-            )
-        else:
-            result = await self._call(
-                self.custom.list_namespaced_custom_object, info.group, info.version, namespace, info.plural, **extra
-            )
-        items: list[JSON] = result["items"]
+            options["field_selector"] = field_selector
+        items: list[JSON] = (await self._list(kind, namespace, **options))["items"]
         return items
 
+    async def pages(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        limit: int = PAGE,
+        metadata_only: bool = False,
+    ) -> AsyncIterator[list[JSON]]:
+        """The objects of a kind (in a namespace) a page at a time (a chunked list: `limit` and `continue`), so that
+        reading them all never decodes more than a page at once; `metadata_only`: their metadata alone (no spec or
+        status). One consistent snapshot, as a single list is; the caller must not linger between pages (the server
+        forgets a continue token after about five minutes)."""
+        options: dict[str, Any] = {"limit": limit}
+        if field_selector:
+            options["field_selector"] = field_selector
+        if metadata_only:
+            options |= {"_headers": {"Accept": METADATA_ONLY}, "_preload_content": False}
+        token: str | None = None
+        while True:
+            listed = await self._list(kind, namespace, **options, **({"_continue": token} if token else {}))
+            result = decoded(listed) if metadata_only else listed
+            yield result["items"]
+            token = (result.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
     async def uids(self, kind: Kind) -> set[str]:
-        """The uids of every object of a kind, from a list of their metadata alone (no spec or status)."""
-        info = kind.resource
-        listed = await self._call(
-            self.custom.list_cluster_custom_object,
-            info.group,
-            info.version,
-            info.plural,
-            _headers={"Accept": METADATA_ONLY},
-            _preload_content=False,
-        )
-        return {str(item["metadata"]["uid"]) for item in decoded(listed)["items"]}
+        """The uids of every object of a kind, read from their metadata alone."""
+        return {str(item["metadata"]["uid"]) async for page in self.pages(kind, metadata_only=True) for item in page}
 
     async def create(self, kind: Kind, namespace: str, body: JSON) -> JSON:
         info = kind.resource

@@ -138,8 +138,15 @@ class Reconciler:
             await self.update_status(Account, namespace, name, ready)
             if before != namespace:
                 await self.kube.event(account, "UserNamespaceReady", f"owns the user namespace {namespace}")
-            for lb in await self.kube.list_objects(LoadBalancer, namespace):
-                if condition_status(lb, proxy.ALLOCATED) != "True":
+            # Read a page at a time, keeping the names only; each is read again when its turn comes.
+            waiting = [
+                lb["metadata"]["name"]
+                async for lbs in self.kube.pages(LoadBalancer, namespace)
+                for lb in lbs
+                if condition_status(lb, proxy.ALLOCATED) != "True"
+            ]
+            for lb_name in waiting:
+                if (lb := await self.kube.get(LoadBalancer, namespace, lb_name)) is not None:
                     await self.reconcile_load_balancer(lb)
             await self._judge_endpoints(account)
 
@@ -148,13 +155,20 @@ class Reconciler:
         One refused now is no longer served; one refused before and allowed now gets its tunnel."""
         namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
         ranges = account_ranges(name, account)
-        for rep in await self.kube.list_objects(RemoteEndpoint, namespace):
-            refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
-            ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
-            if refusals:
-                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusals[0]))
-            elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
-                await self.reconcile_remote_endpoint(rep)
+        refused: list[tuple[JSON, str]] = []
+        allowed_again: list[JSON] = []
+        async for reps in self.kube.pages(RemoteEndpoint, namespace):  # keeping only those to act on
+            for rep in reps:
+                refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
+                ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+                if refusals:
+                    refused.append((rep, str(refusals[0])))
+                elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
+                    allowed_again.append(rep)
+        for rep, refusal in refused:
+            await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, refusal)
+        for rep in allowed_again:
+            await self.reconcile_remote_endpoint(rep)
 
     async def cleanup_account(self, account: JSON) -> None:
         """Delete what the account holds, then its user namespace; until it can, say why in a condition."""

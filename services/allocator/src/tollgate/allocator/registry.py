@@ -558,19 +558,20 @@ class Registry:
         namespace = account_namespace(allocation.validate_name("account", account)) if account else None
         by_endpoint = field_is("spec.load-balancer", load_balancer) if load_balancer else None
         by_name = field_is("metadata.name", load_balancer) if load_balancer else None
-        reps = await self.kube.list_objects(RemoteEndpoint, namespace, field_selector=by_endpoint)
-        lbs = {
-            (lb["metadata"]["namespace"], lb["metadata"]["name"]): lb
-            for lb in await self.kube.list_objects(LoadBalancer, namespace, field_selector=by_name)
-        }
+        # Read a page at a time, keeping of each load balancer only its tunnel entries: an account's whole list of
+        # load balancers and endpoints is never decoded at once.
+        tunnel_entries: dict[tuple[str, str], dict[str, Any]] = {}
+        async for lbs in self.kube.pages(LoadBalancer, namespace, by_name):
+            tunnel_entries |= {(lb["metadata"]["namespace"], lb["metadata"]["name"]): entries(lb) for lb in lbs}
         gue = await self.gue_endpoint()
         tunnels = []
-        for rep in reps:
-            if condition_status(rep, "Ready") != "True":
-                continue
-            lb = lbs.get((rep["metadata"]["namespace"], rep["spec"]["load-balancer"]))
-            entry = entries(lb or {}).get(node_of(rep) or "")
-            tunnels.append(self._tunnel(rep, GUETunnelEndpoint.model_validate(entry) if entry else gue))
+        async for reps in self.kube.pages(RemoteEndpoint, namespace, by_endpoint):
+            for rep in reps:
+                if condition_status(rep, "Ready") != "True":
+                    continue
+                entry = tunnel_entries.get((rep["metadata"]["namespace"], rep["spec"]["load-balancer"]), {})
+                found = entry.get(node_of(rep) or "")
+                tunnels.append(self._tunnel(rep, GUETunnelEndpoint.model_validate(found) if found else gue))
         return sorted(tunnels, key=lambda t: (t.account, t.load_balancer, t.tunnel_id or 0, t.address, t.port.port))
 
     async def _epic_of(self, rep: JSON) -> GUEEndpoint:
