@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import io
 import json
 import subprocess
@@ -502,6 +503,49 @@ async def test_a_load_balancer_reconciled_twice_at_once_gets_one_service_id(
 
     assert get(custom, "loadbalancers", namespace, "twice")["spec"]["service-id"] == 1
     assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 1, "one ID taken, not two"
+
+
+async def test_allocated_service_ids_skip_ids_set_by_hand_and_a_duplicate_set_by_hand_is_named(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """The seed's algorithm: the account's counter plus one, skipping IDs that users set by hand; a load balancer
+    given by hand an ID an older one holds is not Allocated, and says which one holds it."""
+    account = user_account(cluster)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    manual = load_balancer("manual", account)
+    manual["spec"]["service-id"] = 2
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(manual))
+
+    def allocated(name: str) -> dict[str, Any] | None:
+        lb = get(custom, "loadbalancers", namespace, name)
+        return lb if (condition(lb, "Allocated") or {}).get("status") == "True" else None
+
+    wait_for(lambda: allocated("manual"), "the load balancer with an ID set by hand to be Allocated", timeout=30)
+    for name in ("auto-a", "auto-b"):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer(name, account)))
+    ids = [
+        wait_for(functools.partial(allocated, name), f"{name} to be Allocated", timeout=30)["spec"]["service-id"]
+        for name in ("auto-a", "auto-b")
+    ]
+    assert sorted(ids) == [1, 3], "2 is set by hand: the counter passes over it"
+    assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 3
+
+    late = load_balancer("late", account)
+    late["spec"]["service-id"] = 2
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(late))
+
+    def refused() -> dict[str, Any] | None:
+        state = condition(get(custom, "loadbalancers", namespace, "late"), "Allocated") or {}
+        return state if state.get("reason") == "DuplicateServiceID" else None
+
+    state = wait_for(refused, "the second load balancer with ID 2 to be refused", timeout=30)
+    assert state["status"] == "False"
+    assert "'manual'" in state["message"], state["message"]
+    assert condition(get(custom, "loadbalancers", namespace, "manual"), "Allocated")["status"] == "True"
 
 
 async def test_deleting_an_account_keeps_a_namespace_tollgate_did_not_create(
