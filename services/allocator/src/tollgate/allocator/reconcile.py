@@ -81,6 +81,7 @@ class Reconciler:
         self.tracer = tracer
         self.xds_address = xds_address
         self._load_balancer_turns: KeyedLocks[tuple[str, str]] = KeyedLocks()
+        self._service_id_turns: KeyedLocks[str] = KeyedLocks()
 
     async def update_status(
         self,
@@ -304,7 +305,11 @@ class Reconciler:
         def next_id(status: AccountStatus) -> None:
             status.current_service_id = allocation.next_service_id(status.current_service_id, used)
 
-        written = await self.update_status(Account, namespace, account, next_id, skip_used)
+        # This process's allocations in one account take turns: each reads the counter and its candidates' holders
+        # before it writes, and concurrent ones would only make each other's writes conflict (the conditional write
+        # still guards against every other writer).
+        async with self._service_id_turns.hold(namespace):
+            written = await self.update_status(Account, namespace, account, next_id, skip_used)
         if written is None:
             return False, "AccountNotFound", f"Account {account!r} was deleted", None
         self.metrics.service_ids.add(1)
