@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import io
 import json
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 from opentelemetry import trace
+from prometheus_client.parser import text_string_to_metric_families
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.allocator.k8s import Kube
@@ -503,6 +505,49 @@ async def test_a_load_balancer_reconciled_twice_at_once_gets_one_service_id(
     assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 1, "one ID taken, not two"
 
 
+async def test_allocated_service_ids_skip_ids_set_by_hand_and_a_duplicate_set_by_hand_is_named(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """The seed's algorithm: the account's counter plus one, skipping IDs that users set by hand; a load balancer
+    given by hand an ID an older one holds is not Allocated, and says which one holds it."""
+    account = user_account(cluster)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    manual = load_balancer("manual", account)
+    manual["spec"]["service-id"] = 2
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(manual))
+
+    def allocated(name: str) -> dict[str, Any] | None:
+        lb = get(custom, "loadbalancers", namespace, name)
+        return lb if (condition(lb, "Allocated") or {}).get("status") == "True" else None
+
+    wait_for(lambda: allocated("manual"), "the load balancer with an ID set by hand to be Allocated", timeout=30)
+    for name in ("auto-a", "auto-b"):
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer(name, account)))
+    ids = [
+        wait_for(functools.partial(allocated, name), f"{name} to be Allocated", timeout=30)["spec"]["service-id"]
+        for name in ("auto-a", "auto-b")
+    ]
+    assert sorted(ids) == [1, 3], "2 is set by hand: the counter passes over it"
+    assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 3
+
+    late = load_balancer("late", account)
+    late["spec"]["service-id"] = 2
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(late))
+
+    def refused() -> dict[str, Any] | None:
+        state = condition(get(custom, "loadbalancers", namespace, "late"), "Allocated") or {}
+        return state if state.get("reason") == "DuplicateServiceID" else None
+
+    state = wait_for(refused, "the second load balancer with ID 2 to be refused", timeout=30)
+    assert state["status"] == "False"
+    assert "'manual'" in state["message"], state["message"]
+    assert condition(get(custom, "loadbalancers", namespace, "manual"), "Allocated")["status"] == "True"
+
+
 async def test_deleting_an_account_keeps_a_namespace_tollgate_did_not_create(
     cluster: EmbeddedCluster,
     core: client.CoreV1Api,
@@ -794,3 +839,93 @@ async def test_each_account_token_acts_on_its_account_only_and_rotates_without_r
         return bool(await code(printed.stdout.strip(), theirs) == grpc.StatusCode.UNAUTHENTICATED)
 
     await eventually(revoked, "a deleted Secret's token to be refused", timeout=10)
+
+
+LISTED_KINDS = ("loadbalancers", "remoteendpoints")
+
+
+def bytes_listed(kube: client.ApiClient) -> float:
+    """The bytes the API server has sent so far in answer to lists of LoadBalancers and RemoteEndpoints in a
+    namespace (its apiserver_response_sizes histogram; the cluster-wide lists of other work are left out)."""
+    response = kube.call_api(*kube.param_serialize("GET", "/metrics", auth_settings=["BearerToken"]))
+    response.read()
+    return sum(
+        float(sample.value)
+        for family in text_string_to_metric_families(bytes(response.data or b"").decode())
+        if family.name == "apiserver_response_sizes"
+        for sample in family.samples
+        if sample.name == "apiserver_response_sizes_sum"
+        and sample.labels.get("verb") == "LIST"
+        and sample.labels.get("resource") in LISTED_KINDS
+        and sample.labels.get("scope") == "namespace"
+    )
+
+
+async def test_what_a_load_balancer_costs_does_not_grow_with_its_namespace(
+    cluster: EmbeddedCluster,
+    kube: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    allocator: tuple[ServiceProcess, int],
+    accounts: list[str],
+) -> None:
+    """A load balancer's reconciles and its endpoints' events read its own endpoints and the holders of one service
+    ID, not every LoadBalancer and RemoteEndpoint of the namespace: what the allocator reads per load balancer is
+    the same with 25 load balancers in the namespace as with 5. (Whole-namespace reads made the allocator's memory
+    and time grow with the square of the load balancers it held.)"""
+    account = user_account(cluster)
+    accounts.append(account)
+    namespace = f"epic-{account}"
+
+    def processed(names: list[str]) -> bool:
+        for name in names:
+            lb = get(custom, "loadbalancers", namespace, name)
+            ready = condition(lb, "Ready") or {}
+            if ready.get("status") != "True" or ready.get("observedGeneration") != lb["metadata"]["generation"]:
+                return False
+            for index in range(2):
+                if (condition(get(custom, "remoteendpoints", namespace, f"{name}-e{index}"), "Ready") or {}).get(
+                    "status"
+                ) != "True":
+                    return False
+        return True
+
+    async def settled() -> float | None:
+        """The bytes listed, once the allocator has stopped listing (two reads a second apart agree)."""
+        before = bytes_listed(kube)
+        await asyncio.sleep(1)
+        return before if bytes_listed(kube) == before else None
+
+    async def listed_per_load_balancer(first: int, count: int) -> float:
+        before = await eventually(settled, "the allocator to stop listing", timeout=60)
+        names = [f"lb-{index}" for index in range(first, first + count)]
+        documents = []
+        for index, name in enumerate(names, start=first):
+            lb = load_balancer(name, account)
+            lb["spec"]["public-address"] = f"192.168.77.{index + 1}"
+            documents.append(lb)
+            for e in range(2):
+                rep = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "RemoteEndpoint",
+                    "metadata": {"name": f"{name}-e{e}", "namespace": namespace},
+                    "spec": {
+                        "load-balancer": name,
+                        "address": f"127.77.{60 + index}.{e + 1}",
+                        "port": {"port": 80},
+                        "node-address": f"192.168.{60 + index}.{e + 1}",
+                    },
+                }
+                documents.append(rep)
+        cluster.kubectl("apply", "-f", "-", stdin="\n".join(json.dumps(d) for d in documents))
+        await eventually(
+            lambda: asyncio.to_thread(processed, names), f"{count} load balancers and their endpoints", timeout=300
+        )
+        after = await eventually(settled, "the allocator to stop listing", timeout=60)
+        return (after - before) / count
+
+    few = await listed_per_load_balancer(0, 5)
+    many = await listed_per_load_balancer(5, 20)
+    assert many < 1.5 * few, (
+        f"the allocator read {many:.0f} bytes of lists per load balancer with 25 in the namespace, {few:.0f} with 5: "
+        "its reads grow with the namespace"
+    )

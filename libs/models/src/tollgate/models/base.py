@@ -153,6 +153,9 @@ class ResourceInfo(BaseModel):
     scope: Literal["Namespaced", "Cluster"] = "Namespaced"
     categories: list[str] = Field(default_factory=lambda: ["tollgate"])
     printer_columns: list[PrinterColumn] = Field(default_factory=list)
+    # JSON paths (".spec.x") a list may filter on with a field selector (`spec.x=value`), so that a client reads
+    # the few objects it needs instead of the whole namespace (at most 8; string, integer or boolean fields).
+    selectable_fields: list[str] = Field(default_factory=list, max_length=8)
     description: str = ""
 
     @property

@@ -115,6 +115,8 @@ def definition(model: type[CustomResource[Any, Any]]) -> JSONObject:
         "subresources": {"status": {}},
         "additionalPrinterColumns": [column.to_crd() for column in info.printer_columns],
     }
+    if info.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in info.selectable_fields]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -445,6 +445,7 @@ class LoadBalancer(CustomResource[LoadBalancerSpec, LoadBalancerStatus]):
         categories=["tollgate", "epic"],
         description="A load balancer: public ports served by Envoy proxies.",
         printer_columns=_PROXY_COLUMNS,
+        selectable_fields=[".spec.service-id", ".spec.service-group"],
     )
 
 
@@ -468,6 +469,7 @@ class GWProxy(CustomResource[GWProxySpec, GWProxyStatus]):
         categories=["tollgate", "epic"],
         description="A Gateway API proxy: a load balancer driven by a Gateway.",
         printer_columns=_PROXY_COLUMNS,
+        selectable_fields=[".spec.service-group"],
     )
 
 
@@ -505,6 +507,7 @@ class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
         short_names=["rep"],
         categories=["tollgate", "epic"],
         description="An upstream endpoint (address, port, protocol) registered for a load balancer.",
+        selectable_fields=[".spec.load-balancer"],
         printer_columns=_columns(
             ("LoadBalancer", "string", ".spec.load-balancer"),
             ("Address", "string", ".spec.address"),

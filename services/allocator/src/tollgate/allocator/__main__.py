@@ -33,7 +33,6 @@ from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
 
 log = logging.getLogger("tollgate.allocator")
-WORKERS = 64
 
 
 class Settings(ServiceSettings, EndpointPolicySettings):
@@ -67,6 +66,13 @@ class Settings(ServiceSettings, EndpointPolicySettings):
     )
     identity: str | None = Field(default=None, description="Owner name of this replica's ID blocks (default: unique).")
     lease_seconds: int = Field(default=30, ge=3, description="How long a replica's block stays its own unrenewed.")
+    workers: int = Field(
+        default=64,
+        ge=1,
+        le=256,
+        description="Threads that run the kubernetes client's calls (and connections in its pool): API calls in "
+        "flight at once.",
+    )
 
 
 async def keep_lease(ids: BlockTunnelIDs, lease: str, seconds: int, stop: asyncio.Event) -> None:
@@ -101,8 +107,8 @@ async def main(settings: Settings, context: ServiceContext) -> None:
 async def serve(settings: Settings, context: ServiceContext) -> None:
     serving = asyncio.Event()
     context.health.add_readiness_check("grpc", lambda: serving.is_set() or "the registration API is not serving yet")
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(WORKERS, thread_name_prefix="kube"))
-    kube = Kube(api_client(settings.kubeconfig, pool_size=WORKERS))
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(settings.workers, thread_name_prefix="kube"))
+    kube = Kube(api_client(settings.kubeconfig, pool_size=settings.workers))
     telemetry_meter = context.telemetry.meter("tollgate.allocator")
     tracer = context.telemetry.tracer("tollgate.allocator")
     metrics = Metrics(telemetry_meter)

@@ -92,7 +92,7 @@ class PublicAddresses:
         for kind in {owner.get("kind") for owner in allocations.values()}:
             model = HOLDER_KINDS.get(str(kind))
             if model is not None:
-                live |= {o["metadata"]["uid"] for o in await self.kube.list_objects(model)}
+                live |= await self.kube.uids(model)
         stale = {owner.get("uid") for owner in allocations.values()} - live
         if not stale:
             return []

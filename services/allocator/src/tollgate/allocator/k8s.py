@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -37,6 +38,10 @@ Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
 CREDENTIALS_SELECTOR = f"metadata.name={AGENT_CREDENTIALS_SECRET}"
+# Objects per page of a chunked list (Kube.pages).
+PAGE = 200
+# A list's objects as PartialObjectMetadata: their metadata only.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 T = TypeVar("T")
 
 
@@ -48,10 +53,11 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
         self.events = EventRecorder(api, FIELD_MANAGER)
-        # Every reconcile of a load balancer and every RemoteEndpoint event reads its namespace's RemoteEndpoints:
-        # concurrent reads of one namespace share a list call instead of each holding its own copy of the list.
-        self._remote_endpoints: Coalesced[str, list[JSON]] = Coalesced(
-            lambda namespace: self.list_objects(RemoteEndpoint, namespace)
+        # Every reconcile of a load balancer and every RemoteEndpoint event reads the load balancer's RemoteEndpoints:
+        # a list filtered by the API server (the CRD's selectable field spec.load-balancer), so that each read holds
+        # that load balancer's endpoints, not the namespace's; concurrent reads of one load balancer share the call.
+        self._remote_endpoints: Coalesced[tuple[str, str], list[JSON]] = Coalesced(
+            lambda key: self.list_objects(RemoteEndpoint, key[0], field_selector=field_is("spec.load-balancer", key[1]))
         )
 
     @staticmethod
@@ -77,25 +83,64 @@ class Kube:
         deleted; as fresh as a list sent now."""
         return [
             copy.deepcopy(rep)
-            for rep in await self._remote_endpoints(namespace)
-            if rep["spec"].get("load-balancer") == load_balancer and not rep["metadata"].get("deletionTimestamp")
+            for rep in await self._remote_endpoints((namespace, load_balancer))
+            if not rep["metadata"].get("deletionTimestamp")
         ]
 
-    async def list_objects(
-        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
-    ) -> list[JSON]:
+    async def _list(self, kind: Kind, namespace: str | None, **options: Any) -> Any:
+        """One list call, of a namespace or (namespace None) of the whole cluster."""
         info = kind.resource
-        extra = {"label_selector": label_selector} if label_selector else {}
         if namespace is None:
-            result = await self._call(
-                self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **extra
+            return await self._call(
+                self.custom.list_cluster_custom_object, info.group, info.version, info.plural, **options
             )
-        else:
-            result = await self._call(
-                self.custom.list_namespaced_custom_object, info.group, info.version, namespace, info.plural, **extra
-            )
-        items: list[JSON] = result["items"]
+        return await self._call(
+            self.custom.list_namespaced_custom_object, info.group, info.version, namespace, info.plural, **options
+        )
+
+    async def list_objects(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[JSON]:
+        """The objects of a kind (in a namespace); a field selector names one of the kind's selectable fields."""
+        options = {"label_selector": label_selector} if label_selector else {}
+        if field_selector:
+            options["field_selector"] = field_selector
+        items: list[JSON] = (await self._list(kind, namespace, **options))["items"]
         return items
+
+    async def pages(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        limit: int = PAGE,
+        metadata_only: bool = False,
+    ) -> AsyncIterator[list[JSON]]:
+        """The objects of a kind (in a namespace) a page at a time (a chunked list: `limit` and `continue`), so that
+        reading them all never decodes more than a page at once; `metadata_only`: their metadata alone (no spec or
+        status). One consistent snapshot, as a single list is; the caller must not linger between pages (the server
+        forgets a continue token after about five minutes)."""
+        options: dict[str, Any] = {"limit": limit}
+        if field_selector:
+            options["field_selector"] = field_selector
+        if metadata_only:
+            options |= {"_headers": {"Accept": METADATA_ONLY}, "_preload_content": False}
+        token: str | None = None
+        while True:
+            listed = await self._list(kind, namespace, **options, **({"_continue": token} if token else {}))
+            result = decoded(listed) if metadata_only else listed
+            yield result["items"]
+            token = (result.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    async def uids(self, kind: Kind) -> set[str]:
+        """The uids of every object of a kind, read from their metadata alone."""
+        return {str(item["metadata"]["uid"]) async for page in self.pages(kind, metadata_only=True) for item in page}
 
     async def create(self, kind: Kind, namespace: str, body: JSON) -> JSON:
         info = kind.resource
@@ -149,14 +194,18 @@ class Kube:
         change: Callable[[JSON], T],
         missing: Callable[[], Exception],
         on_conflict: Callable[[int], None] | None = None,
+        prepare: Callable[[JSON], Awaitable[None]] | None = None,
     ) -> UpdateResult[JSON, T]:
         """Read the object (`missing()` is raised when it is gone), `change` it, replace its status with the
-        resourceVersion read; on 409 Conflict read again and retry."""
+        resourceVersion read; on 409 Conflict read again and retry. `prepare` runs after each read, before `change`:
+        what `change` needs from other reads, made after the object was read."""
 
         async def read() -> JSON:
             obj = await self.get(kind, namespace, name)
             if obj is None:
                 raise missing()
+            if prepare is not None:
+                await prepare(obj)
             return obj
 
         return await update_optimistically(
@@ -247,37 +296,31 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force=True,
             _content_type="application/apply-patch+yaml",
+            _preload_content=False,
         )
-        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-            applied
-        )
-        return result
-
-    async def get_deployment(self, namespace: str, name: str) -> JSON | None:
-        try:
-            found = await self._call(self.apps.read_namespaced_deployment, name, namespace)
-        except client.ApiException as error:
-            if is_not_found(error):
-                return None
-            raise
-        result: JSON = self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
-            found
-        )
-        return result
+        return decoded(applied)
 
     async def pod_node_address(self, namespace: str, label_selector: str) -> str | None:
         """The InternalIP of the node of the first (by name) scheduled pod that `label_selector` picks."""
-        pods = await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
-        scheduled = sorted((p for p in pods.items if p.spec.node_name), key=lambda p: str(p.metadata.name))
+        pods = decoded(
+            await self._call(
+                self.core.list_namespaced_pod, namespace, label_selector=label_selector, _preload_content=False
+            )
+        )
+        scheduled = sorted(
+            (p for p in pods["items"] if (p.get("spec") or {}).get("nodeName")), key=lambda p: p["metadata"]["name"]
+        )
         if not scheduled:
             return None
         try:
-            node = await self._call(self.core.read_node, scheduled[0].spec.node_name)
+            node_name = scheduled[0]["spec"]["nodeName"]
+            node = decoded(await self._call(self.core.read_node, node_name, _preload_content=False))
         except client.ApiException as error:
             if is_not_found(error):
                 return None
             raise
-        return next((str(a.address) for a in node.status.addresses or [] if a.type == "InternalIP"), None)
+        addresses = (node.get("status") or {}).get("addresses") or []
+        return next((str(a["address"]) for a in addresses if a.get("type") == "InternalIP"), None)
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on `obj` (a decision a user would wonder about)."""
@@ -353,10 +396,23 @@ class Kube:
             log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
 
 
+def decoded(response: Any) -> JSON:
+    """The body of a call made with `_preload_content=False`, as the API server sent it: decoded once, where the
+    client would build a model object per field (to be turned back into a dict, or read for one field)."""
+    body: JSON = json.loads(response.data)
+    return body
+
+
+def field_is(path: str, value: object) -> str:
+    """A field selector for `path` equal to `value`, its value escaped as the API server parses it."""
+    escaped = str(value).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    return f"{path}={escaped}"
+
+
 def new_identity(hostname: str) -> str:
     """A name for this allocator process, different after every restart."""
     cleaned = "".join(c if c.isalnum() else "-" for c in hostname.lower()).strip("-")[:40] or "allocator"
     return f"{cleaned}-{uuid.uuid4().hex[:6]}"
 
 
-__all__ = ["Kube", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]
+__all__ = ["Kube", "field_is", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]

@@ -4,7 +4,7 @@ conditions) and RemoteEndpoints created as objects."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -12,7 +12,7 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
-from tollgate.allocator.k8s import JSON, Kind, Kube
+from tollgate.allocator.k8s import JSON, Kind, Kube, field_is
 from tollgate.allocator.registry import (
     ADDRESS_NOT_ALLOWED,
     DUPLICATE,
@@ -81,9 +81,18 @@ class Reconciler:
         self.tracer = tracer
         self.xds_address = xds_address
         self._load_balancer_turns: KeyedLocks[tuple[str, str]] = KeyedLocks()
+        self._service_id_turns: KeyedLocks[str] = KeyedLocks()
 
-    async def update_status(self, kind: Kind, namespace: str, name: str, mutate: Callable[[Any], None]) -> JSON | None:
-        """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone."""
+    async def update_status(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Any], None],
+        prepare: Callable[[JSON], Awaitable[None]] | None = None,
+    ) -> JSON | None:
+        """Read, change the status model, replace with the read resourceVersion; retry on conflict. None when gone.
+        `prepare` runs after each read, before `mutate` (Kube.update_status)."""
         status_model = STATUS_MODELS[kind]
 
         def change(obj: JSON) -> None:
@@ -99,6 +108,7 @@ class Reconciler:
                 change,
                 lambda: NotFoundError(f"{kind.resource.kind} {namespace}/{name}"),
                 on_conflict=lambda _: self.metrics.conflict(kind.resource.kind),
+                prepare=prepare,
             )
         except NotFoundError:
             return None
@@ -129,8 +139,15 @@ class Reconciler:
             await self.update_status(Account, namespace, name, ready)
             if before != namespace:
                 await self.kube.event(account, "UserNamespaceReady", f"owns the user namespace {namespace}")
-            for lb in await self.kube.list_objects(LoadBalancer, namespace):
-                if condition_status(lb, proxy.ALLOCATED) != "True":
+            # Read a page at a time, keeping the names only; each is read again when its turn comes.
+            waiting = [
+                lb["metadata"]["name"]
+                async for lbs in self.kube.pages(LoadBalancer, namespace)
+                for lb in lbs
+                if condition_status(lb, proxy.ALLOCATED) != "True"
+            ]
+            for lb_name in waiting:
+                if (lb := await self.kube.get(LoadBalancer, namespace, lb_name)) is not None:
                     await self.reconcile_load_balancer(lb)
             await self._judge_endpoints(account)
 
@@ -139,13 +156,20 @@ class Reconciler:
         One refused now is no longer served; one refused before and allowed now gets its tunnel."""
         namespace, name = account["metadata"]["namespace"], account["metadata"]["name"]
         ranges = account_ranges(name, account)
-        for rep in await self.kube.list_objects(RemoteEndpoint, namespace):
-            refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
-            ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
-            if refusals:
-                await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, str(refusals[0]))
-            elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
-                await self.reconcile_remote_endpoint(rep)
+        refused: list[tuple[JSON, str]] = []
+        allowed_again: list[JSON] = []
+        async for reps in self.kube.pages(RemoteEndpoint, namespace):  # keeping only those to act on
+            for rep in reps:
+                refusals = self.registry.policy.refusals(endpoint_addresses(rep), ranges)
+                ready = RemoteEndpointStatus.model_validate(rep.get("status") or {}).condition("Ready")
+                if refusals:
+                    refused.append((rep, str(refusals[0])))
+                elif ready is not None and (ready.status, ready.reason) == ("False", ADDRESS_NOT_ALLOWED):
+                    allowed_again.append(rep)
+        for rep, refusal in refused:
+            await self._refuse_endpoint(rep, ADDRESS_NOT_ALLOWED, refusal)
+        for rep in allowed_again:
+            await self.reconcile_remote_endpoint(rep)
 
     async def cleanup_account(self, account: JSON) -> None:
         """Delete what the account holds, then its user namespace; until it can, say why in a condition."""
@@ -251,15 +275,11 @@ class Reconciler:
             )
             return False, "AccountNotFound", message, None
         spec = LoadBalancerSpec.model_validate(lb["spec"])
-        others = [
-            o for o in await self.kube.list_objects(LoadBalancer, namespace) if o["metadata"]["name"] != meta["name"]
-        ]
         if spec.service_id is not None:
             earlier = [
                 o["metadata"]["name"]
-                for o in others
-                if o["spec"].get("service-id") == spec.service_id
-                and (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
+                for o in await self._service_id_holders(namespace, spec.service_id, meta["name"])
+                if (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
                 < (meta["creationTimestamp"], meta["name"])
             ]
             if earlier:
@@ -267,17 +287,40 @@ class Reconciler:
                 await self.kube.event(lb, "DuplicateServiceID", message, warning=True)
                 return False, "DuplicateServiceID", message, None
             return True, "ServiceIDAllocated", f"service-id {spec.service_id}", None
-        used = {int(o["spec"]["service-id"]) for o in others if o["spec"].get("service-id") is not None}
+        # The counter, bumped with the Account's resourceVersion, is what keeps two allocations from ever returning
+        # one ID (each returns an ID above the counter it read, and only one write per counter value succeeds). The
+        # IDs set by hand that it must skip are read live after the counter, one candidate at a time (a list of the
+        # holders of that ID, filtered by the API server), so no cache can lag behind them, and no reconcile holds
+        # the namespace's whole list of load balancers.
+        used: set[int] = set()
+
+        async def skip_used(obj: JSON) -> None:
+            candidate = AccountStatus.model_validate(obj.get("status") or {}).current_service_id + 1
+            while candidate <= allocation.MAX_SERVICE_ID and (
+                candidate in used or await self._service_id_holders(namespace, candidate, meta["name"])
+            ):
+                used.add(candidate)
+                candidate += 1
 
         def next_id(status: AccountStatus) -> None:
             status.current_service_id = allocation.next_service_id(status.current_service_id, used)
 
-        written = await self.update_status(Account, namespace, account, next_id)
+        # This process's allocations in one account take turns: each reads the counter and its candidates' holders
+        # before it writes, and concurrent ones would only make each other's writes conflict (the conditional write
+        # still guards against every other writer).
+        async with self._service_id_turns.hold(namespace):
+            written = await self.update_status(Account, namespace, account, next_id, skip_used)
         if written is None:
             return False, "AccountNotFound", f"Account {account!r} was deleted", None
         self.metrics.service_ids.add(1)
         new_id = int(written["status"]["current-service-id"])
         return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
+
+    async def _service_id_holders(self, namespace: str, service_id: int, but: str) -> list[JSON]:
+        """The load balancers of the namespace other than `but` whose spec.service-id is `service_id`."""
+        holding = field_is("spec.service-id", service_id)
+        holders = await self.kube.list_objects(LoadBalancer, namespace, field_selector=holding)
+        return [o for o in holders if o["metadata"]["name"] != but]
 
     async def _public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
         """The object's public address from its group's ServicePrefix: kept when it holds one, claimed when given,
@@ -425,12 +468,8 @@ class Reconciler:
 
     async def _group_users(self, group: JSON, kinds: tuple[Kind, ...] = (LoadBalancer, GWProxy)) -> list[JSON]:
         namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]
-        return [
-            obj
-            for kind in kinds
-            for obj in await self.kube.list_objects(kind, namespace)
-            if obj["spec"].get("service-group") == name
-        ]
+        using = field_is("spec.service-group", name)
+        return [obj for kind in kinds for obj in await self.kube.list_objects(kind, namespace, field_selector=using)]
 
     async def group_deleted(self, group: JSON) -> None:
         """A service group goes only once no LoadBalancer or GWProxy uses it: until then its finalizer holds it,

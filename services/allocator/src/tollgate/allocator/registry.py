@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tollgate.allocator import allocation
 from tollgate.allocator.allocation import InvalidArgumentError
-from tollgate.allocator.k8s import JSON, Kube, is_conflict, is_not_found
+from tollgate.allocator.k8s import JSON, Kube, field_is, is_conflict, is_not_found
 from tollgate.allocator.proxy import owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
 from tollgate.models.addresses import AccountRanges, EndpointPolicy, Refusal
@@ -532,7 +532,9 @@ class Registry:
         namespace = account_namespace(account)
         found = [
             rep
-            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
+            for rep in await self.kube.list_objects(
+                RemoteEndpoint, namespace, field_selector=field_is("spec.load-balancer", load_balancer)
+            )
             if identity(rep["spec"])[:2] == (load_balancer, endpoint) and wanted in (None, identity(rep["spec"])[2:])
         ]
         if not found:
@@ -554,23 +556,22 @@ class Registry:
         if load_balancer and not account:
             raise InvalidArgumentError("account: required when load_balancer is given")
         namespace = account_namespace(allocation.validate_name("account", account)) if account else None
-        reps = [
-            rep
-            for rep in await self.kube.list_objects(RemoteEndpoint, namespace)
-            if not load_balancer or rep["spec"].get("load-balancer") == load_balancer
-        ]
-        lbs = {
-            (lb["metadata"]["namespace"], lb["metadata"]["name"]): lb
-            for lb in await self.kube.list_objects(LoadBalancer, namespace)
-        }
+        by_endpoint = field_is("spec.load-balancer", load_balancer) if load_balancer else None
+        by_name = field_is("metadata.name", load_balancer) if load_balancer else None
+        # Read a page at a time, keeping of each load balancer only its tunnel entries: an account's whole list of
+        # load balancers and endpoints is never decoded at once.
+        tunnel_entries: dict[tuple[str, str], dict[str, Any]] = {}
+        async for lbs in self.kube.pages(LoadBalancer, namespace, by_name):
+            tunnel_entries |= {(lb["metadata"]["namespace"], lb["metadata"]["name"]): entries(lb) for lb in lbs}
         gue = await self.gue_endpoint()
         tunnels = []
-        for rep in reps:
-            if condition_status(rep, "Ready") != "True":
-                continue
-            lb = lbs.get((rep["metadata"]["namespace"], rep["spec"]["load-balancer"]))
-            entry = entries(lb or {}).get(node_of(rep) or "")
-            tunnels.append(self._tunnel(rep, GUETunnelEndpoint.model_validate(entry) if entry else gue))
+        async for reps in self.kube.pages(RemoteEndpoint, namespace, by_endpoint):
+            for rep in reps:
+                if condition_status(rep, "Ready") != "True":
+                    continue
+                entry = tunnel_entries.get((rep["metadata"]["namespace"], rep["spec"]["load-balancer"]), {})
+                found = entry.get(node_of(rep) or "")
+                tunnels.append(self._tunnel(rep, GUETunnelEndpoint.model_validate(found) if found else gue))
         return sorted(tunnels, key=lambda t: (t.account, t.load_balancer, t.tunnel_id or 0, t.address, t.port.port))
 
     async def _epic_of(self, rep: JSON) -> GUEEndpoint:

@@ -132,11 +132,13 @@ class EpicSingleton:
     async def highest_in_use(self) -> int:
         """The highest tunnel ID any RemoteEndpoint or load balancer status holds."""
         highest = 0
-        for rep in await self.kube.list_objects(RemoteEndpoint):
-            highest = max(highest, int((rep.get("status") or {}).get("tunnel-id") or 0))
-        for lb in await self.kube.list_objects(LoadBalancer):
-            for entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).values():
-                highest = max(highest, int(entry.get("tunnel-id") or 0))
+        async for reps in self.kube.pages(RemoteEndpoint):
+            for rep in reps:
+                highest = max(highest, int((rep.get("status") or {}).get("tunnel-id") or 0))
+        async for lbs in self.kube.pages(LoadBalancer):
+            for lb in lbs:
+                for entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).values():
+                    highest = max(highest, int(entry.get("tunnel-id") or 0))
         return highest
 
 
