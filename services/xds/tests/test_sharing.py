@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from envoy.config.listener.v3 import listener_pb2
@@ -113,3 +114,27 @@ def test_what_envoys_were_sent_and_acked_is_the_shared_dict_and_an_unsubscribe_l
     first.on_delta_request(ENDPOINT, "", [], [names[0]], {}, None)
     assert set(first.types[ENDPOINT].acked) == {names[1]}
     assert set(second.types[ENDPOINT].acked) == set(first.desired[ENDPOINT]) == set(names)
+
+
+def test_a_change_to_one_listener_of_a_source_builds_that_listener_again_and_keeps_the_others() -> None:
+    server = XdsServer(debounce=0)
+    vs = virtual_service("a", 5000)
+    second_listener = copy.deepcopy(vs["spec"]["listeners"][0])
+    second_listener["name"], second_listener["udp"]["port"] = "m", 5001
+    vs["spec"]["listeners"].append(second_listener)
+    server.world.set_virtual_service(vs)
+    (conn,) = envoys(server, "127.0.0.2")
+    before = dict(conn.stream.desired[LISTENER])
+
+    vs = copy.deepcopy(vs)
+    vs["metadata"]["generation"] += 1
+    vs["spec"]["listeners"][1]["udp"]["port"] = 5002
+    server.world.set_virtual_service(vs)
+    server.changed()
+    server.recompute()
+    after = conn.stream.desired[LISTENER]
+    (kept,) = (name for name in before if after[name] is before[name])
+    (changed,) = (name for name in before if after[name] is not before[name])
+    assert kept.endswith("/l") and changed.endswith("/m")
+    assert after[changed].version != before[changed].version
+    assert bound(conn) == {("127.0.0.2", 5000), ("127.0.0.2", 5002)}

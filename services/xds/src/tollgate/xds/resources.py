@@ -301,7 +301,6 @@ def _resource(name: str, message: Message, owner: ir.SourceRef) -> Resource:
     return Resource(name, version, packed, owner, sys.intern(f"type.googleapis.com/{message.DESCRIPTOR.full_name}"))
 
 
-@functools.lru_cache(maxsize=65536)
 def listener_data(unit: ir.Listener) -> bytes:
     """The unit's listener without its address, serialised: the part every Envoy's copy shares."""
     data: bytes = _listener(unit).SerializeToString()
@@ -317,7 +316,8 @@ def _listener_resource(owner: ir.SourceRef, unit: ir.Listener, data: bytes, addr
 
 @functools.lru_cache(maxsize=4096)
 def listener_resource(owner: ir.SourceRef, unit: ir.Listener, address: str) -> Resource:
-    """The unit's listener on `address` (ResourceCache keeps those of whole sources)."""
+    """The unit's listener on `address`, each with its own bytes: for the units served without the rest of their
+    source (ResourceCache keeps those of whole sources, their bytes shared by every Envoy)."""
     return _listener_resource(owner, unit, listener_data(unit), address)
 
 
@@ -334,12 +334,14 @@ _SharedKey = tuple[tuple[int, ...], tuple[tuple[ir.SourceRef, ir.Listener], ...]
 
 @dataclass(slots=True)
 class _Built:
-    """One source's resources: its clusters and load assignments, the same on every Envoy, and its listeners by
-    listener address; `previous` are the listeners of the source's former version, reused where unchanged."""
+    """One source's resources: its clusters and load assignments, the same on every Envoy, each unit's listener
+    serialised without its address (`data`, in the order of the units) and its listeners by listener address;
+    `previous` are the listeners of the source's former version, reused where their unit is unchanged."""
 
     source: ir.Source
     clusters: dict[str, Resource]
     endpoints: dict[str, Resource]
+    data: tuple[bytes, ...]
     listeners: dict[str, dict[str, Resource]] = field(default_factory=dict)
     previous: dict[str, dict[str, Resource]] = field(default_factory=dict)
 
@@ -370,8 +372,13 @@ class ResourceCache:
                 clusters.setdefault(cluster_resource.name, cluster_resource)
                 if eds is not None:
                     endpoints.setdefault(eds.name, eds)
+        former = {} if built is None else {u.name: (u, d) for u, d in zip(built.source.units, built.data, strict=True)}
+        data = []
+        for unit in source.units:
+            old = former.get(unit.name)
+            data.append(old[1] if old is not None and old[0] == unit else listener_data(unit))
         previous = {} if built is None else {**built.previous, **built.listeners}
-        built = self._built[source.ref] = _Built(source, clusters, endpoints, previous=previous)
+        built = self._built[source.ref] = _Built(source, clusters, endpoints, tuple(data), previous=previous)
         return built
 
     def listeners(self, source: ir.Source, address: str) -> dict[str, Resource]:
@@ -381,8 +388,7 @@ class ResourceCache:
         if listeners is None:
             previous = built.previous.get(address, {})
             listeners = built.listeners[address] = {}
-            for unit in source.units:
-                data = listener_data(unit)
+            for unit, data in zip(source.units, built.data, strict=True):
                 old = previous.get(unit.name)
                 if old is None or old.data is not data:
                     old = _listener_resource(source.ref, unit, data, address)
