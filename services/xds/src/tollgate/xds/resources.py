@@ -1,7 +1,8 @@
 """The intermediate representation to Envoy resources (xds-protos messages). No I/O.
 
-Each resource is built once per (unit, listener address, DNS settings) and kept with its content hash, the
-version an Envoy reports back in delta xDS.
+Each resource is built once per (unit, listener address, DNS settings) and kept serialised with its content hash,
+the version an Envoy reports back in delta xDS. A listener is kept in two parts: the message without its address,
+serialised once per unit and shared by every Envoy it is served to, and its address field, each Envoy's own.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -64,23 +65,33 @@ class DNS:
         return cls(tuple(resolvers))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resource:
     """One Envoy resource ready to send: its name, content hash (version), serialised message and owner.
 
     The message is kept as its bytes, packed into an `Any` only when sent: an `Any` per resource costs about
-    1 KB more than its bytes, and every Envoy has its own listeners (their address is the Envoy's)."""
+    1 KB more than its bytes. Every Envoy has its own listeners (their address is the Envoy's), so a listener's
+    bytes are `data`, the listener without its address (one object for every Envoy of the unit), followed by
+    `own`, its address field: a serialised message followed by another parses as their merge (protobuf's rule),
+    here the whole listener. `data` is None for a resource known only by its version (what an Envoy reported)."""
 
     name: str
     version: str
-    packed: bytes | None
+    data: bytes | None
     owner: ir.SourceRef | None = None
     type_url: str = ""
+    own: bytes = b""
+
+    @property
+    def packed(self) -> bytes | None:
+        """The serialised message."""
+        return self.data + self.own if self.data is not None and self.own else self.data
 
     @property
     def body(self) -> any_pb2.Any | None:
         """The message packed, as a response carries it."""
-        return None if self.packed is None else any_pb2.Any(type_url=self.type_url, value=self.packed)
+        packed = self.packed
+        return None if packed is None else any_pb2.Any(type_url=self.type_url, value=packed)
 
 
 Resources = dict[str, dict[str, Resource]]
@@ -169,13 +180,24 @@ def _tcp_proxy(unit: ir.Listener) -> tcp_proxy_pb2.TcpProxy:
 def listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
     """The unit's listener on `address`, or on the unit's own bind address: with `freebind`, so that Envoy listens
     on a public address before (or without) it being on the pod's interface."""
-    message = _listener(unit, unit.bind or address)
+    message = _listener(unit)
+    message.address.CopyFrom(_listener_address(unit, address))
+    return message
+
+
+def _listener_address(unit: ir.Listener, address: str) -> address_pb2.Address:
+    return _socket(unit.bind or address, unit.port, unit.protocol)
+
+
+def _listener(unit: ir.Listener) -> listener_pb2.Listener:
+    """The unit's listener without its address."""
+    message = _listener_by_protocol(unit)
     if unit.bind is not None:
         message.freebind.value = True
     return message
 
 
-def _listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
+def _listener_by_protocol(unit: ir.Listener) -> listener_pb2.Listener:
     if unit.protocol == "UDP":
         route = route_pb2.Route(cluster=unit.cluster.name)
         proxy = udp_proxy_pb2.UdpProxyConfig(
@@ -192,7 +214,6 @@ def _listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
             proxy.idle_timeout.CopyFrom(_duration(unit.cluster.udp.idle_timeout_ms))
         return listener_pb2.Listener(
             name=unit.name,
-            address=_socket(address, unit.port, "UDP"),
             udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
             listener_filters=[listener_components_pb2.ListenerFilter(name=UDP_PROXY_FILTER, typed_config=_pack(proxy))],
         )
@@ -202,7 +223,6 @@ def _listener(unit: ir.Listener, address: str) -> listener_pb2.Listener:
         name, config = TCP_PROXY_FILTER, _pack(_tcp_proxy(unit))
     return listener_pb2.Listener(
         name=unit.name,
-        address=_socket(address, unit.port),
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[listener_components_pb2.Filter(name=name, typed_config=config)]
@@ -281,9 +301,24 @@ def _resource(name: str, message: Message, owner: ir.SourceRef) -> Resource:
     return Resource(name, version, packed, owner, sys.intern(f"type.googleapis.com/{message.DESCRIPTOR.full_name}"))
 
 
-@functools.lru_cache(maxsize=65536)
+def listener_data(unit: ir.Listener) -> bytes:
+    """The unit's listener without its address, serialised: the part every Envoy's copy shares."""
+    data: bytes = _listener(unit).SerializeToString()
+    return data
+
+
+def _listener_resource(owner: ir.SourceRef, unit: ir.Listener, data: bytes, address: str) -> Resource:
+    own = listener_pb2.Listener(address=_listener_address(unit, address)).SerializeToString()
+    version = hashlib.blake2b(data, digest_size=8)
+    version.update(own)
+    return Resource(unit.name, version.hexdigest(), data, owner, LISTENER, own)
+
+
+@functools.lru_cache(maxsize=4096)
 def listener_resource(owner: ir.SourceRef, unit: ir.Listener, address: str) -> Resource:
-    return _resource(unit.name, listener(unit, address), owner)
+    """The unit's listener on `address`, each with its own bytes: for the units served without the rest of their
+    source (ResourceCache keeps those of whole sources, their bytes shared by every Envoy)."""
+    return _listener_resource(owner, unit, listener_data(unit), address)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -293,15 +328,22 @@ def cluster_resources(owner: ir.SourceRef, model: ir.Cluster, dns: DNS) -> tuple
     return _resource(model.name, cluster(model, dns), owner), eds
 
 
-def unit_resources(
-    owner: ir.SourceRef, unit: ir.Listener, address: str, dns: DNS
-) -> tuple[Resource, list[tuple[Resource, Resource | None]]]:
-    """Listener, and each cluster with (for EDS clusters) its load assignment, of one unit, cached by the unit."""
-    return listener_resource(owner, unit, address), cluster_resources_of(owner, unit, dns)
-
-
 # What a config's clusters depend on: its served sources (by identity) and its partial units.
 _SharedKey = tuple[tuple[int, ...], tuple[tuple[ir.SourceRef, ir.Listener], ...]]
+
+
+@dataclass(slots=True)
+class _Built:
+    """One source's resources: its clusters and load assignments, the same on every Envoy, each unit's listener
+    serialised without its address (`data`, in the order of the units) and its listeners by listener address;
+    `previous` are the listeners of the source's former version, reused where their unit is unchanged."""
+
+    source: ir.Source
+    clusters: dict[str, Resource]
+    endpoints: dict[str, Resource]
+    data: tuple[bytes, ...]
+    listeners: dict[str, dict[str, Resource]] = field(default_factory=dict)
+    previous: dict[str, dict[str, Resource]] = field(default_factory=dict)
 
 
 class ResourceCache:
@@ -313,41 +355,57 @@ class ResourceCache:
 
     def __init__(self, dns: DNS) -> None:
         self.dns = dns
-        self._built: dict[tuple[ir.SourceRef, str], tuple[ir.Source, Resources]] = {}
+        self._built: dict[ir.SourceRef, _Built] = {}
         # By what they depend on (the served sources, by identity, and the partial units); the value keeps the
         # sources alive, so that their ids stay theirs. Entries not used between two prunes are dropped.
         self._shared: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
         self._unused: dict[_SharedKey, tuple[tuple[ir.Source, ...], Resources]] = {}
 
-    def source(self, source: ir.Source, address: str) -> Resources:
-        cached = self._built.get((source.ref, address))
-        if cached is not None and cached[0] is source:
-            return cached[1]
-        built: Resources = {CLUSTER: {}, ENDPOINT: {}, LISTENER: {}}
+    def _entry(self, source: ir.Source) -> _Built:
+        built = self._built.get(source.ref)
+        if built is not None and built.source is source:
+            return built
+        clusters: dict[str, Resource] = {}
+        endpoints: dict[str, Resource] = {}
         for unit in source.units:
-            self._add(built, source.ref, unit, address)
-        self._built[(source.ref, address)] = (source, built)
+            for cluster_resource, eds in cluster_resources_of(source.ref, unit, self.dns):
+                clusters.setdefault(cluster_resource.name, cluster_resource)
+                if eds is not None:
+                    endpoints.setdefault(eds.name, eds)
+        former = {} if built is None else {u.name: (u, d) for u, d in zip(built.source.units, built.data, strict=True)}
+        data = []
+        for unit in source.units:
+            old = former.get(unit.name)
+            data.append(old[1] if old is not None and old[0] == unit else listener_data(unit))
+        previous = {} if built is None else {**built.previous, **built.listeners}
+        built = self._built[source.ref] = _Built(source, clusters, endpoints, tuple(data), previous=previous)
         return built
 
-    def _add(self, result: Resources, owner: ir.SourceRef, unit: ir.Listener, address: str) -> None:
-        listener_resource, clusters = unit_resources(owner, unit, address, self.dns)
-        result[LISTENER][listener_resource.name] = listener_resource
-        for cluster_resource, endpoints in clusters:
-            result[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
-            if endpoints is not None:
-                result[ENDPOINT].setdefault(endpoints.name, endpoints)
+    def listeners(self, source: ir.Source, address: str) -> dict[str, Resource]:
+        """The source's listeners on an Envoy whose listener address is `address`."""
+        built = self._entry(source)
+        listeners = built.listeners.get(address)
+        if listeners is None:
+            previous = built.previous.get(address, {})
+            listeners = built.listeners[address] = {}
+            for unit, data in zip(source.units, built.data, strict=True):
+                old = previous.get(unit.name)
+                if old is None or old.data is not data:
+                    old = _listener_resource(source.ref, unit, data, address)
+                listeners[unit.name] = old
+        return listeners
 
     def proxy(self, config: ir.ProxyConfig, address: str) -> Resources:
         """Every resource one Envoy is served, by type URL and name."""
         listeners: dict[str, Resource] = {}
         for source in config.served:
-            listeners.update(self.source(source, address)[LISTENER])
+            listeners.update(self.listeners(source, address))
         for owner, unit in config.partial:
             listeners[unit.name] = listener_resource(owner, unit, address)
-        shared = self._clusters(config, address)
+        shared = self._clusters(config)
         return {CLUSTER: shared[CLUSTER], ENDPOINT: shared[ENDPOINT], LISTENER: listeners}
 
-    def _clusters(self, config: ir.ProxyConfig, address: str) -> Resources:
+    def _clusters(self, config: ir.ProxyConfig) -> Resources:
         """The clusters and load assignments of `config`, the same objects for every Envoy it is served to."""
         key = (tuple(map(id, config.served)), config.partial)
         entry = self._shared.get(key)
@@ -356,8 +414,9 @@ class ResourceCache:
             if entry is None:
                 built: Resources = {CLUSTER: {}, ENDPOINT: {}}
                 for source in config.served:
-                    for type_url in (CLUSTER, ENDPOINT):
-                        built[type_url].update(self.source(source, address)[type_url])
+                    source_built = self._entry(source)
+                    built[CLUSTER].update(source_built.clusters)
+                    built[ENDPOINT].update(source_built.endpoints)
                 for owner, unit in config.partial:
                     for cluster_resource, endpoints in cluster_resources_of(owner, unit, self.dns):
                         built[CLUSTER].setdefault(cluster_resource.name, cluster_resource)
@@ -368,10 +427,13 @@ class ResourceCache:
         return entry[1]
 
     def prune(self, live: Iterable[ir.SourceRef]) -> None:
-        """Forget the sources that are gone, and the shared clusters no Envoy was given since the last prune."""
+        """Forget the sources that are gone, the listeners replaced since the last prune, and the shared clusters
+        no Envoy was given since then."""
         keep = set(live)
-        for key in [key for key in self._built if key[0] not in keep]:
-            del self._built[key]
+        for ref in [ref for ref in self._built if ref not in keep]:
+            del self._built[ref]
+        for built in self._built.values():
+            built.previous = {}
         self._unused, self._shared = self._shared, {}
 
 

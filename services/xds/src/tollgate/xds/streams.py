@@ -72,7 +72,8 @@ class TypeState:
     wildcard: bool = True
     names: set[str] = field(default_factory=set)
     names_revision: int = 0
-    # What the Envoy holds once everything sent is ACKed, and what it has ACKed.
+    # What the Envoy holds once everything sent is ACKed, and what it has ACKed: the very dicts sent (often the
+    # desired dicts, shared by every Envoy of one config), so replaced, never changed in place.
     sent: dict[str, Resource] = field(default_factory=dict)
     acked: dict[str, Resource] = field(default_factory=dict)
     acked_revision: int = 0  # counts the changes of `acked`
@@ -102,12 +103,17 @@ def _versions(resources: Mapping[str, Resource]) -> dict[str, str]:
     return dict(zip(resources, map(_version, resources.values()), strict=True))
 
 
+def _without(resources: Mapping[str, Resource], names: set[str]) -> dict[str, Resource]:
+    """A copy of `resources` without `names` (what was sent or ACKed is shared, never changed in place)."""
+    return {name: r for name, r in resources.items() if name not in names}
+
+
 def _same(a: Mapping[str, Resource], b: Mapping[str, Resource]) -> bool:
     """Same names at the same versions; mostly the very same objects, which the C-level comparison sees first.
 
     Else (after a change, until it is ACKed) the versions are compared, at C level too and stopping at the first
     difference: in order when both have their names in the same order, as they usually do, else by name."""
-    if a == b:
+    if a is b or a == b:
         return True
     if len(a) != len(b):
         return False
@@ -280,7 +286,7 @@ class Stream:
             state.seen = True
             state.wildcard = (type_url != ENDPOINT and not subscribe) or "*" in subscribe
             state.sent = {name: Resource(name, version, None) for name, version in initial_versions.items()}
-            state.acked = dict(state.sent)
+            state.acked = state.sent
             state.acked_revision += 1
             state.respond = True
         elif subscribe:
@@ -292,12 +298,13 @@ class Stream:
         if subscribe or unsubscribe:
             state.names_revision += 1
         state.names.update(name for name in subscribe if name != "*")
-        for name in unsubscribe:
-            state.names.discard(name)
-            if not state.subscribed(name):
-                state.sent.pop(name, None)
-                if state.acked.pop(name, None) is not None:
-                    state.acked_revision += 1
+        state.names.difference_update(unsubscribe)
+        gone = {name for name in unsubscribe if not state.subscribed(name)}
+        if gone:
+            state.sent = _without(state.sent, gone)
+            if not gone.isdisjoint(state.acked):
+                state.acked = _without(state.acked, gone)
+                state.acked_revision += 1
         if subscribe and not state.respond:
             state.respond = any(name not in state.sent for name in subscribe if name != "*")
         if state.pending is not None and nonce and nonce == state.pending.nonce:
@@ -306,7 +313,7 @@ class Stream:
 
     def _ack(self, state: TypeState) -> bool:
         assert state.pending is not None
-        state.acked = dict(state.sent)
+        state.acked = state.sent
         state.acked_revision += 1
         state.acked_version, state.acked_nonce = state.pending.version, state.pending.nonce
         state.acked_at = self.clock()
@@ -337,7 +344,7 @@ class Stream:
                 self.rejected[(owner, state.type_url)] = Rejection(owner, state.type_url, error, versions)
                 self._rejections += 1
         state.nacked_generation = None if owners else self.generation[state.type_url]
-        state.sent = dict(state.acked)
+        state.sent = state.acked
         state.pending = None
         return nack
 
@@ -373,8 +380,10 @@ class Stream:
         key = (self.generation[ENDPOINT], state.names_revision, state.wildcard, self._rejections)
         if key != self._endpoints_key:
             desired = self.target(ENDPOINT)
-            wanted = desired.keys() if state.wildcard else state.names
-            self._endpoints_target = {name: desired[name] for name in wanted if name in desired}
+            if state.wildcard or desired.keys() <= state.names:
+                self._endpoints_target = desired  # the usual case: the shared dict itself, not a copy per Envoy
+            else:
+                self._endpoints_target = {name: desired[name] for name in state.names if name in desired}
             self._endpoints_key = key
         return self._endpoints_target
 
@@ -389,7 +398,7 @@ class Stream:
         return {**subscribed, **kept}
 
     def _push(self, state: TypeState, target: dict[str, Resource], partial: bool = False) -> Push | None:
-        if not state.respond and not state.force and state.sent == target:
+        if not state.respond and not state.force and (state.sent is target or state.sent == target):
             return None  # the usual case, decided at C speed: the very same resource objects
         changed = tuple(
             r
@@ -413,7 +422,7 @@ class Stream:
             # An Envoy re-creates a cluster it is sent: its endpoints must follow, even if unchanged.
             eds = self.desired[ENDPOINT]
             self.types[ENDPOINT].force.update(r.name for r in changed if r.name in eds)
-        state.sent = dict(target)
+        state.sent = target
         state.pending = push
         state.last_nonce = push.nonce
         state.sent_version = push.version

@@ -134,7 +134,7 @@ def create_app(server: XdsServer, gatekeeper: Gatekeeper | None = None, replica:
             "replica": replica,
             "versions": {resources.SHORT_NAMES[t]: s.sent_version for t, s in conn.stream.types.items()},
             **resources.dump(
-                {t: {n: r for n, r in s.sent.items() if r.packed is not None} for t, s in conn.stream.types.items()}
+                {t: {n: r for n, r in s.sent.items() if r.data is not None} for t, s in conn.stream.types.items()}
             ),
         }
 

@@ -57,7 +57,7 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
 def sotw_response(push: Push) -> discovery_pb2.DiscoveryResponse:
     return discovery_pb2.DiscoveryResponse(
         version_info=push.version,
-        resources=[r.body for r in push.resources if r.packed is not None],
+        resources=[r.body for r in push.resources if r.data is not None],
         type_url=push.type_url,
         nonce=push.nonce,
         control_plane={"identifier": CONTROL_PLANE},
@@ -70,7 +70,7 @@ def delta_response(push: Push) -> discovery_pb2.DeltaDiscoveryResponse:
         resources=[
             discovery_pb2.Resource(name=r.name, version=r.version, resource=r.body)
             for r in push.resources
-            if r.packed is not None
+            if r.data is not None
         ],
         removed_resources=list(push.removed),
         type_url=push.type_url,
