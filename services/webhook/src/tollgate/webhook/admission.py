@@ -75,7 +75,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         if str(error).startswith(_ORJSON_DEPTH_ERROR):
             raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels") from None
         raise BadReview(f"the body is not JSON: {error}") from None
-    if _depth(document) > MAX_DEPTH:
+    # Nesting needs brackets: a body with at most MAX_DEPTH of them (most reviews) needs no walk.
+    if body.count(b"{") + body.count(b"[") > MAX_DEPTH and _depth(document) > MAX_DEPTH:
         raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels")
     if not isinstance(document, dict):
         raise BadReview(f"the body is a JSON {type(document).__name__}, not an AdmissionReview object")
