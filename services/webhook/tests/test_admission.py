@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tollgate.models import EPIC, Goop, LoadBalancer, VirtualService
-from tollgate.webhook.admission import BadReview, mutate, parse_review, review, without_cache
+from tollgate.webhook.admission import MAX_DEPTH, BadReview, mutate, parse_review, review, without_cache
 from tollgate.webhook.kinds import kind_of
 from tollgate.webhook.validation import Limits
 
@@ -40,6 +40,21 @@ def body(document: Any) -> bytes:
     ],
 )
 def test_a_body_that_is_not_an_admission_review_is_refused_with_the_reason(raw: bytes, reason: str) -> None:
+    with pytest.raises(BadReview, match=reason.replace("[", r"\[")):
+        parse_review(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"[" * MAX_DEPTH + b"]" * MAX_DEPTH, "the body is a JSON list, not an AdmissionReview object"),
+        (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), f"the body nests deeper than {MAX_DEPTH} levels"),
+        (b'{"a": "' + b"[" * 500 + b'", "b": [1]}', "apiVersion: Field required"),  # brackets in a string nest nothing
+        (b"[" + b"[1], " * 200 + b"[1]]", "the body is a JSON list, not an AdmissionReview object"),
+    ],
+    ids=["at-the-limit", "past-the-limit", "brackets-in-a-string", "many-brackets-little-nesting"],
+)
+def test_nesting_is_refused_past_the_limit_only(raw: bytes, reason: str) -> None:
     with pytest.raises(BadReview, match=reason.replace("[", r"\[")):
         parse_review(raw)
 

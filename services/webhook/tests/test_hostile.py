@@ -4,6 +4,7 @@ full, malformed and deeply nested JSON a 400, never a 5xx; exempt reviews are an
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -140,3 +141,19 @@ def test_metadata_only_changes_and_deletions_are_answered_before_the_cache_is_li
         assert (status, answer["response"]["allowed"]) == (200, True), answer
     status, answer = unsynced.post(path, json.dumps(make_review(new)).encode())
     assert answer["response"]["status"]["code"] == 503, "a create does wait for the cache"
+
+
+def test_a_caller_gone_mid_body_is_no_error(
+    server: Any, sample: Sample, make_review: MakeReview, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API server gave up (its timeout) while the body was arriving: nothing to answer, nothing logged as an
+    error, and the next review is decided."""
+    context = server.client_context()
+    with (
+        socket.create_connection(("127.0.0.1", server.server.port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        sock.sendall(_head(GOOPS, "Content-Length: 1000") + b'{"apiVersion"')
+    status, answer = server.post(GOOPS, json.dumps(make_review(sample("Goop"))).encode())
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

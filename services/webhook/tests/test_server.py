@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.certs import generate
@@ -203,3 +204,26 @@ def test_each_review_is_one_span_in_the_callers_trace_naming_the_decision(
 def _attributes(span: ReadableSpan) -> dict[str, Any]:
     """The span's HTTP attributes (FastAPI's own semantic conventions), without tollgate's."""
     return {key: value for key, value in (span.attributes or {}).items() if not key.startswith("tollgate.")}
+
+
+def test_a_review_span_carries_the_http_request_and_status(
+    bundle_dir: Path, start_server: Callable[..., Any], sample: Sample, make_review: MakeReview
+) -> None:
+    """Without a traceparent the review's span starts a trace of its own, a server span with the HTTP method, route
+    and status of the request (the semantic conventions' names, as for every other request)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    running = start_server(bundle_dir, tracer_provider=provider)
+    status, _ = running.post(GOOPS, json.dumps(make_review(sample("Goop"))).encode())
+    assert status == 200
+    (span,) = wait_for(lambda: exporter.get_finished_spans() or None, "the review span to end", timeout=5)
+    attributes = dict(span.attributes or {})
+    assert (span.name, span.kind, span.parent) == ("POST /validate/{group}/{version}/{plural}", SpanKind.SERVER, None)
+    assert {key: attributes.get(key) for key in ("http.method", "http.route", "http.target", "http.status_code")} == {
+        "http.method": "POST",
+        "http.route": "/validate/{group}/{version}/{plural}",
+        "http.target": GOOPS,
+        "http.status_code": 200,
+    }
+    assert attributes["tollgate.webhook.outcome"] == "allowed"

@@ -75,7 +75,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         if str(error).startswith(_ORJSON_DEPTH_ERROR):
             raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels") from None
         raise BadReview(f"the body is not JSON: {error}") from None
-    if _depth(document) > MAX_DEPTH:
+    # Nesting needs brackets: a body with at most MAX_DEPTH of them (most reviews) needs no walk.
+    if body.count(b"{") + body.count(b"[") > MAX_DEPTH and _depth(document) > MAX_DEPTH:
         raise BadReview(f"the body nests deeper than {MAX_DEPTH} levels")
     if not isinstance(document, dict):
         raise BadReview(f"the body is a JSON {type(document).__name__}, not an AdmissionReview object")
@@ -90,18 +91,15 @@ def parse_review(body: bytes) -> AdmissionRequest:
 
 
 def _depth(document: Any) -> int:
-    """How deep arrays and objects nest in `document` (a scalar is 0), without recursion."""
-    deepest, level = 0, [(document, 1)]
-    while level:
-        value, depth = level.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_DEPTH:
-            return deepest
-        level.extend((child, depth + 1) for child in children)
-    return deepest
+    """How deep arrays and objects nest in `document` (a scalar is 0), level by level, without recursion; stops
+    counting past MAX_DEPTH."""
+    depth, level = 0, [document]
+    while containers := [value for value in level if isinstance(value, dict | list)]:
+        depth += 1
+        if depth > MAX_DEPTH:
+            break
+        level = [child for value in containers for child in (value.values() if isinstance(value, dict) else value)]
+    return depth
 
 
 @dataclass

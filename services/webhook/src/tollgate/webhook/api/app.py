@@ -1,8 +1,8 @@
-"""FastAPI routes: `POST /mutate/<group>/<version>/<plural>` and `POST /validate/...`, one pair per kind.
+"""The HTTP edge: `POST /mutate/<group>/<version>/<plural>` and `POST /validate/...`, one pair per kind.
 
 Routes stay thin: read the body, let admission.py decide, send the AdmissionReview back. A body over the size
 limit gets a 413 before it is read further or parsed; one that is not an AdmissionReview a 400 with the reason;
-an unknown path a 404 listing the known ones.
+an unknown path a 404 listing the known ones (FastAPI, which answers every request but the reviews).
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
-from opentelemetry import metrics, trace
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.instrumentation.asgi import collect_request_attributes, set_status_code
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.semconv.attributes.http_attributes import HTTP_ROUTE
 from opentelemetry.trace import TracerProvider
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tollgate.runtime.tracing import trace_parent
 from tollgate.webhook import metrics as webhook_metrics
@@ -40,6 +45,8 @@ log = logging.getLogger("tollgate.webhook.api")
 # The API server stores an object of at most 1.5 MiB (etcd's default request limit) and a review of an update
 # carries two (object and oldObject), re-encoded as JSON: 4 MiB admits the largest real review with room to spare.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# Every admission path, `Kind.path(operation)`, has this shape; the review span is named after it.
+ROUTE = "/{operation}/{{group}}/{{version}}/{{plural}}"
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
@@ -126,7 +133,7 @@ class Admitter:
         allowed = answer.get("response", {}).get("allowed")
         outcome = "bad-request" if status != 200 else "allowed" if allowed else "denied"
         attributes = {"kind": kind.name, "operation": operation, "outcome": outcome}
-        # FastAPI's own HTTP server span (a child of the API server's trace when it sends one) carries the decision.
+        # The review's HTTP server span (a child of the API server's trace when it sends one) carries the decision.
         trace.get_current_span().set_attributes({f"tollgate.webhook.{key}": value for key, value in attributes.items()})
         self.latency.record(time.perf_counter() - started, attributes)
         if outcome == "denied":
@@ -134,28 +141,114 @@ class Admitter:
         return status, answer
 
 
-async def _capped_body(request: Request, limit: int) -> bytes | None:
+class AdmissionRoutes:
+    """The ASGI application served: a POST to an admission path (`Kind.path`) is answered here, outside FastAPI's
+    middleware stack (read the body, decide, write the AdmissionReview), in a server span made by hand as FastAPI's
+    instrumentation would (its name, in the API server's trace when it sends a traceparent, FastAPI's HTTP
+    attributes when recorded); anything else goes to the FastAPI `app` (404 listing the known paths, 405).
+
+    FastAPI's middleware stack and request span cost more CPU than the decision itself (docs/webhook.md, "Where the
+    time goes").
+    """
+
+    def __init__(self, admitter: Admitter, app: ASGIApp, tracer: trace.Tracer, max_request_bytes: int) -> None:
+        self.admitter = admitter
+        self.app = app
+        self.tracer = tracer
+        self.max_request_bytes = max_request_bytes
+        self.routes = {kind.path(operation): (kind, operation) for kind in KINDS for operation in OPERATIONS}
+        self.span_names = {operation: f"POST {ROUTE.format(operation=operation)}" for operation in OPERATIONS}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        kind, operation = route
+        headers = dict(scope["headers"])
+        with self.tracer.start_as_current_span(
+            self.span_names[operation], context=_caller(headers), kind=trace.SpanKind.SERVER
+        ) as span:
+            try:
+                body = await _capped_body(headers, receive, self.max_request_bytes)
+            except ClientDisconnect:  # the caller gave up (its timeout): no one to answer
+                return
+            if body is None:
+                status, answer = 413, self._too_large(scope, headers)
+            else:
+                status, answer = await self.admitter.handle(kind, operation, body)
+            content = orjson.dumps(answer)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": content})
+            if span.is_recording():
+                span.set_attributes(collect_request_attributes(scope))  # type: ignore[no-untyped-call]
+                span.set_attribute(HTTP_ROUTE, ROUTE.format(operation=operation))
+                set_status_code(span, status)  # type: ignore[no-untyped-call]
+
+    def _too_large(self, scope: Scope, headers: dict[bytes, bytes]) -> dict[str, Any]:
+        message = (
+            f"the body is over {self.max_request_bytes} bytes, the most this webhook reads "
+            "(setting TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES)"
+        )
+        declared = headers.get(b"content-length")
+        log.warning(
+            "request body too large",
+            extra={"path": scope["path"], "content_length": None if declared is None else declared.decode("latin-1")},
+        )
+        return {
+            "kind": "Status",
+            "status": "Failure",
+            "code": 413,
+            "reason": "RequestEntityTooLarge",
+            "message": message,
+        }
+
+
+def _caller(headers: dict[bytes, bytes]) -> otel_context.Context | None:
+    """The API server's trace context (W3C traceparent and tracestate), None when it sends none."""
+    if b"traceparent" not in headers:
+        return None
+    carrier = {
+        name.decode(): headers[name].decode("latin-1") for name in (b"traceparent", b"tracestate") if name in headers
+    }
+    return propagate.extract(carrier)
+
+
+async def _capped_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
     """The body, or None as soon as it is known to be over `limit` bytes: by its Content-Length before reading
-    any of it, else (chunked) once more than `limit` bytes have arrived."""
-    declared = request.headers.get("content-length", "")
+    any of it, else (chunked) once more than `limit` bytes have arrived. A client gone before the end raises
+    ClientDisconnect."""
+    declared = headers.get(b"content-length", b"")
     if declared.isdigit() and int(declared) > limit:
         return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             return None
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def create_app(
     admitter: Admitter, tracer_provider: TracerProvider | None = None, max_request_bytes: int = MAX_REQUEST_BYTES
-) -> FastAPI:
-    """One path per kind and operation: `/{operation}/{group}/{version}/{plural}` (two routes look them up).
+) -> AdmissionRoutes:
+    """One path per kind and operation: `/{operation}/{group}/{version}/{plural}`, answered by AdmissionRoutes; other
+    requests by a FastAPI app (instrumented: their spans too go to `tracer_provider`, by default the global one).
 
-    Request spans go to `tracer_provider`, by default the global one. A body over `max_request_bytes` gets a 413.
+    A body over `max_request_bytes` gets a 413.
     """
     app = FastAPI(title="tollgate-webhook", docs_url=None, redoc_url=None, openapi_url=None)
     # opentelemetry-instrumentation-fastapi: one server span per request, in the API server's trace when it sends a
@@ -164,7 +257,6 @@ def create_app(
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider(), exclude_spans=["receive", "send"]
     )
-    kinds = {(kind.group, kind.version, kind.plural): kind for kind in KINDS}
     known = ", ".join(kind.path(operation) for kind in KINDS for operation in OPERATIONS)
 
     def unknown(path: str) -> Response:
@@ -173,38 +265,13 @@ def create_app(
             404, {"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound", "message": message}
         )
 
-    def too_large(request: Request) -> Response:
-        message = (
-            f"the body is over {max_request_bytes} bytes, the most this webhook reads "
-            "(setting TOLLGATE_WEBHOOK_MAX_REQUEST_BYTES)"
-        )
-        log.warning(
-            "request body too large",
-            extra={"path": request.url.path, "content_length": request.headers.get("content-length")},
-        )
-        return _json(
-            413,
-            {"kind": "Status", "status": "Failure", "code": 413, "reason": "RequestEntityTooLarge", "message": message},
-        )
-
-    def route(operation: Operation) -> Any:
-        async def admit(request: Request) -> Response:
-            params = request.path_params
-            kind = kinds.get((params["group"], params["version"], params["plural"]))
-            if kind is None:
-                return unknown(request.url.path)
-            body = await _capped_body(request, max_request_bytes)
-            if body is None:
-                return too_large(request)
-            status, answer = await admitter.handle(kind, operation, body)
-            return _json(status, answer)
-
-        admit.__name__ = operation
-        return admit
+    async def unknown_kind(request: Request) -> Response:
+        """A POST of the admission paths' shape that AdmissionRoutes did not take: no such kind here."""
+        return unknown(request.url.path)
 
     for operation in OPERATIONS:
-        # A plain route: the body is parsed by admission.py, so FastAPI's parameter machinery would only cost time.
-        app.add_route(f"/{operation}/{{group}}/{{version}}/{{plural}}", route(operation), methods=["POST"])
+        # Routed here so that another method than POST on an admission path gets a 405 (below), not a 404.
+        app.add_route(ROUTE.format(operation=operation), unknown_kind, methods=["POST"], name=operation)
 
     @app.exception_handler(HTTPException)
     async def refused(request: Request, error: HTTPException) -> Response:
@@ -217,4 +284,6 @@ def create_app(
         body = {"kind": "Status", "status": "Failure", "code": error.status_code, "message": message}
         return _json(error.status_code, body)
 
-    return app
+    return AdmissionRoutes(
+        admitter, app, trace.get_tracer(__name__, tracer_provider=tracer_provider), max_request_bytes
+    )
