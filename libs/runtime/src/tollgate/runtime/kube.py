@@ -3,6 +3,7 @@ timeout."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -103,6 +104,13 @@ def own_pod_reference() -> dict[str, Any] | None:
     if not name or not uid:
         return None
     return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+
+
+def raw_json(response: Any) -> dict[str, Any]:
+    """The body of a call made with `_preload_content=False`, as the API server sent it: decoded once, where the
+    client would build a model object per field (to be turned back into a dict, or read for one field)."""
+    body: dict[str, Any] = json.loads(response.data)
+    return body
 
 
 def is_conflict(error: BaseException) -> bool:

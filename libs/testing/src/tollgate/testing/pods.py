@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client, watch
+
+from tollgate.runtime.kube import raw_json
 
 log = logging.getLogger("tollgate.testing.pods")
 JSON = dict[str, Any]
@@ -109,12 +110,6 @@ def container_env(
         if value is not None:
             env[var["name"]] = value
     return env
-
-
-def raw_json(response: object) -> JSON:
-    """The body of a call made with `_preload_content=False` (the object as the API server sent it)."""
-    body: JSON = json.loads(cast(Any, response).data)
-    return body
 
 
 def condition(kind: str, status: bool, reason: str, message: str, since: str) -> JSON:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import threading
 import uuid
@@ -27,6 +26,7 @@ from tollgate.runtime.kube import (
     is_not_found,
     object_reference,
     own_pod_reference,
+    raw_json,
     timeouts,
 )
 from tollgate.runtime.optimistic import UpdateResult, update_optimistically
@@ -132,7 +132,7 @@ class Kube:
         token: str | None = None
         while True:
             listed = await self._list(kind, namespace, **options, **({"_continue": token} if token else {}))
-            result = decoded(listed) if metadata_only else listed
+            result = raw_json(listed) if metadata_only else listed
             yield result["items"]
             token = (result.get("metadata") or {}).get("continue")
             if not token:
@@ -298,11 +298,11 @@ class Kube:
             _content_type="application/apply-patch+yaml",
             _preload_content=False,
         )
-        return decoded(applied)
+        return raw_json(applied)
 
     async def pod_node_address(self, namespace: str, label_selector: str) -> str | None:
         """The InternalIP of the node of the first (by name) scheduled pod that `label_selector` picks."""
-        pods = decoded(
+        pods = raw_json(
             await self._call(
                 self.core.list_namespaced_pod, namespace, label_selector=label_selector, _preload_content=False
             )
@@ -314,7 +314,7 @@ class Kube:
             return None
         try:
             node_name = scheduled[0]["spec"]["nodeName"]
-            node = decoded(await self._call(self.core.read_node, node_name, _preload_content=False))
+            node = raw_json(await self._call(self.core.read_node, node_name, _preload_content=False))
         except client.ApiException as error:
             if is_not_found(error):
                 return None
@@ -394,13 +394,6 @@ class Kube:
             if error.status != 403:
                 raise
             log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
-
-
-def decoded(response: Any) -> JSON:
-    """The body of a call made with `_preload_content=False`, as the API server sent it: decoded once, where the
-    client would build a model object per field (to be turned back into a dict, or read for one field)."""
-    body: JSON = json.loads(response.data)
-    return body
 
 
 def field_is(path: str, value: object) -> str:

@@ -4,7 +4,6 @@ API's tokens."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
@@ -13,7 +12,7 @@ from kubernetes import client
 
 from tollgate.models.servicemesh import GROUP, VERSION, VirtualService
 from tollgate.runtime.events import EventRecorder
-from tollgate.runtime.kube import is_not_found, object_reference
+from tollgate.runtime.kube import is_not_found, object_reference, raw_json
 from tollgate.xds.api.auth import User
 from tollgate.xds.identity import Refusal
 
@@ -121,7 +120,7 @@ def list_watched(
                 if namespace
                 else core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=LIST_TIMEOUT)
             )
-            listing = json.loads(response.data)  # type: ignore[attr-defined]
+            listing: Any = raw_json(response)
         elif namespace:
             listing = custom.list_namespaced_custom_object(
                 group, version, namespace, plural, _request_timeout=LIST_TIMEOUT

@@ -26,7 +26,7 @@ from pydantic_settings import SettingsConfigDict
 from tollgate.models.base import now_rfc3339
 from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.events import EventRecorder
-from tollgate.runtime.kube import object_reference
+from tollgate.runtime.kube import object_reference, raw_json
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.kubelet.container import LaunchPlan
 from tollgate.testing.kubelet.hosts import hosts_text, rewrite
@@ -53,7 +53,7 @@ from tollgate.testing.kubelet.volumes import (
     token_sources,
     write_atomic,
 )
-from tollgate.testing.pods import JSON, EnvError, container_env, decoded, patch_pod_status, raw_json
+from tollgate.testing.pods import JSON, EnvError, container_env, decoded, patch_pod_status
 
 log = logging.getLogger("tollgate.testing.kubelet")
 COMPONENT = "tollgate-kubelet"
