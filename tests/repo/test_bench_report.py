@@ -14,7 +14,7 @@ import pytest
 from bench import allocator, jobs, memory, report, routedip, webhook, xds
 
 
-def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50) -> dict[str, Any]:
+def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50, changes: int = 0) -> dict[str, Any]:
     return {
         "path": path,
         "envoys": envoys,
@@ -25,20 +25,21 @@ def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50) 
         "cpu_per_change": cpu,
         "rss_mb": rss,
         "load": 3.0,
+        "changes": changes,
     }
 
 
 def test_xds_rows_judge_the_targets_at_50_x_1000() -> None:
     rows = xds.rows(
         [
-            xds_result("tollgate delta", p99=0.315, cpu=0.150, rss=147),
-            xds_result("go-control-plane delta", p99=0.416, cpu=0.050, rss=267),
+            xds_result("tollgate delta", p99=0.315, cpu=0.150, rss=147, changes=100),
+            xds_result("go-control-plane delta", p99=0.416, cpu=0.050, rss=267, changes=100),
             xds_result("tollgate SotW", p99=10.0, cpu=0.35, rss=200),
             xds_result("go-control-plane SotW", p99=14.0, cpu=0.5, rss=280),
         ]
     )
     by_what = {row.what: row for row in rows}
-    p99 = by_what["xds 50 x 1000: delta p99, change to every Envoy ACKing it"]
+    p99 = by_what["xds 50 x 1000: delta p99 of 100 changes, change to every Envoy ACKing it"]
     assert (p99.tollgate, p99.met, round(p99.ratio or 0, 2)) == ("315 ms", True, 0.76)
     cpu = by_what["xds 50 x 1000: delta server CPU per change"]
     assert (cpu.met, round(cpu.ratio or 0, 1), cpu.target) == (False, 3.0, "<= 2.0x at 50 x 1000")
@@ -142,6 +143,11 @@ def test_xds_sizes_are_envoys_by_listeners_and_bad_ones_name_the_form() -> None:
     for bad in ("50", "x1000", "0x10", "5x-1", "fivex10"):
         with pytest.raises(argparse.ArgumentTypeError, match="ENVOYSxLISTENERS"):
             xds.parse_size(bad)
+
+
+def test_xds_delta_paths_measure_enough_changes_for_a_p99_unless_told() -> None:
+    assert [xds.changes_for(path, None) for path in xds.PATHS] == [100, 15, 15, 100]
+    assert {xds.changes_for(path, 5) for path in xds.PATHS} == {5}
 
 
 def test_write_gives_a_markdown_table_and_json_with_the_same_rows(tmp_path: Path) -> None:
