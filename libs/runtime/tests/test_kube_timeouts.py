@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from kubernetes import client, watch
+from kubernetes import client
 
-from tollgate.runtime.kube import RETRIES, KubeTimeouts, api_client
+from tollgate.runtime.kube import RETRIES, KubeTimeouts, Watch, api_client
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.faultproxy import FaultProxy, Mode, api_server_proxy
@@ -70,7 +70,7 @@ def test_a_watch_frozen_once_open_waits_for_its_server_timeout_and_a_margin_then
     frozen_at: list[float] = []
 
     def follow() -> None:
-        for _ in watch.Watch().stream(core.list_namespace, timeout_seconds=2):
+        for _ in Watch().events(core.list_namespace, timeout_seconds=2):
             if not first_event.is_set():
                 first_event.set()
                 assert wait_for(lambda: frozen_at, "the freeze")
@@ -92,8 +92,7 @@ def test_a_watch_that_ends_server_side_is_not_cut_by_the_client(
     cluster: EmbeddedCluster, short_timeouts: KubeTimeouts
 ) -> None:
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
-    stream = watch.Watch()
-    seconds, error = timed(lambda: list(stream.stream(core.list_namespace, timeout_seconds=3)))
+    seconds, error = timed(lambda: list(Watch().events(core.list_namespace, timeout_seconds=3)))
     assert error is None and seconds >= 3, "longer than the request timeout: a watch gets its own"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,52 @@ def raw_json(response: Any) -> dict[str, Any]:
     client would build a model object per field (to be turned back into a dict, or read for one field)."""
     body: dict[str, Any] = json.loads(response.data)
     return body
+
+
+class Watch:
+    """One watch request of a list call (`call(*args)`, such as `CustomObjectsApi.list_namespaced_custom_object`):
+    its events as the API server sent them, each decoded once. The kubernetes client's own Watch decodes every event
+    twice and encodes it once more, to build a typed object beside the raw one; the webhook's informers paid that
+    on every create of a cached kind.
+
+    `resource_version` follows every event and bookmark: a watch that ends (the server's timeout, or the caller
+    leaving the loop) resumes from it. An ERROR event raises ApiException with its code (410: the version is too
+    old, list again)."""
+
+    def __init__(self, resource_version: str = "") -> None:
+        self.resource_version = resource_version  # "": from now, after an ADDED for each object there is
+
+    def events(
+        self, call: Callable[..., Any], *args: Any, timeout_seconds: int, **kwargs: Any
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) for each ADDED, MODIFIED and DELETED until the server ends the watch."""
+        response = call(
+            *args,
+            **kwargs,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version or None,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+        )
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield from self._decoded(json.loads(line))
+        finally:
+            response.close()
+            response.release_conn()
+
+    def _decoded(self, event: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        kind, obj = event["type"], event["object"]
+        if kind == "ERROR":
+            raise client.ApiException(status=obj.get("code", 500), reason=f"{obj.get('reason')}: {obj.get('message')}")
+        self.resource_version = str(obj["metadata"]["resourceVersion"])
+        if kind != "BOOKMARK":
+            yield kind, obj
 
 
 def is_conflict(error: BaseException) -> bool:

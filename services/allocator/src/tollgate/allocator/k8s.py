@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
 from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR, RemoteEndpoint
 from tollgate.runtime.coalesce import Coalesced
 from tollgate.runtime.events import EventRecorder
 from tollgate.runtime.kube import (
+    Watch,
     is_conflict,
     is_not_found,
     object_reference,
@@ -338,19 +339,16 @@ class Kube:
         self, resource_version: str, on_event: Callable[[str, JSON], None], stop: threading.Event
     ) -> str:
         """Stream changes of the credentials Secrets until the server ends the watch; the version to resume from."""
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(  # type: ignore[no-untyped-call]
+        watcher = Watch(resource_version)
+        for kind, obj in watcher.events(
             self.core.list_secret_for_all_namespaces,
             field_selector=CREDENTIALS_SELECTOR,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
             timeout_seconds=timeouts().watch,
         ):
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                on_event(event["type"], event["raw_object"])
+            on_event(kind, obj)
             if stop.is_set():
-                stream.stop()  # type: ignore[no-untyped-call]
-        return str(stream.resource_version or resource_version)
+                break
+        return watcher.resource_version
 
     # leases: one per running allocator, so that others can tell which block owners are alive
 

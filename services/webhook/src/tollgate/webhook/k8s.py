@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from tollgate.runtime.backoff import Backoff
-from tollgate.runtime.kube import is_conflict, is_not_found, timeouts
+from tollgate.runtime.kube import Watch, is_conflict, is_not_found, timeouts
 from tollgate.webhook.cache import Store
 from tollgate.webhook.kinds import Kind
 from tollgate.webhook.registration import Registration
@@ -92,21 +92,13 @@ class Informer:
         """Stream events until the server ends the watch (by `until`, a monotonic time, at the latest); the
         resourceVersion to resume from."""
         func, args = self._call()
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        watcher = Watch(resource_version)
         seconds = max(1, min(timeouts().watch, round(until - time.monotonic())))
-        for event in stream.stream(  # type: ignore[no-untyped-call]
-            func,
-            *args,
-            **self._options(),
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=seconds,
-        ):
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                self._post(self.store.apply, self.kind.name, event["type"], event["raw_object"])
+        for kind, obj in watcher.events(func, *args, **self._options(), timeout_seconds=seconds):
+            self._post(self.store.apply, self.kind.name, kind, obj)
             if self.stop.is_set():
-                stream.stop()  # type: ignore[no-untyped-call]
-        return str(stream.resource_version or resource_version)
+                break
+        return watcher.resource_version
 
     def _run(self) -> None:
         failures = 0
