@@ -19,7 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from tollgate.allocator.credentials import Credentials
 from tollgate.allocator.grpc import server as grpc_server
 from tollgate.allocator.handlers import build_registry
-from tollgate.allocator.k8s import Kube, new_identity
+from tollgate.allocator.k8s import Kube, new_identity, require_supported
 from tollgate.allocator.reconcile import Reconciler
 from tollgate.allocator.registry import Registry
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
@@ -109,6 +109,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     context.health.add_readiness_check("grpc", lambda: serving.is_set() or "the registration API is not serving yet")
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(settings.workers, thread_name_prefix="kube"))
     kube = Kube(api_client(settings.kubeconfig, pool_size=settings.workers))
+    require_supported(*await until_done(kube.server_version, "reading the API server's version", context.stop))
     telemetry_meter = context.telemetry.meter("tollgate.allocator")
     tracer = context.telemetry.tracer("tollgate.allocator")
     metrics = Metrics(telemetry_meter)

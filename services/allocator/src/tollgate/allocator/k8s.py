@@ -65,6 +65,11 @@ class Kube:
     async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(function, *args, **kwargs)
 
+    async def server_version(self) -> tuple[str, str]:
+        """The API server's Kubernetes version as /version gives it: (major, minor), such as ("1", "31+")."""
+        info = await self._call(client.VersionApi(self.api).get_code)
+        return str(info.major), str(info.minor)
+
     # custom resources
 
     async def get(self, kind: Kind, namespace: str, name: str) -> JSON | None:
@@ -394,6 +399,31 @@ class Kube:
             log.warning("cannot delete this replica's Lease; it goes with the pod", extra={"lease": name})
 
 
+class UnsupportedKubernetes(RuntimeError):
+    pass
+
+
+# The CRDs' selectableFields, which every per-object read here filters by, are on by default from Kubernetes 1.31 (an
+# older API server drops them from the CRD without a word, and then refuses each such read).
+OLDEST_KUBERNETES = (1, 31)
+
+
+def require_supported(major: str, minor: str) -> None:
+    """Raise UnsupportedKubernetes, saying why, for an API server older than OLDEST_KUBERNETES. The minor may carry
+    a provider's suffix ("31+"); a version that does not parse is let through (a development build)."""
+    numbers = (major.rstrip("+"), minor.rstrip("+"))
+    if not all(n.isdigit() for n in numbers):
+        return
+    found = (int(numbers[0]), int(numbers[1]))
+    if found < OLDEST_KUBERNETES:
+        oldest = ".".join(map(str, OLDEST_KUBERNETES))
+        raise UnsupportedKubernetes(
+            f"tollgate-allocator needs Kubernetes {oldest} or later, and the API server is {major}.{minor}: it "
+            "reads RemoteEndpoints and LoadBalancers by field (the CRDs' selectableFields), which older API "
+            "servers do not serve"
+        )
+
+
 def field_is(path: str, value: object) -> str:
     """A field selector for `path` equal to `value`, its value escaped as the API server parses it."""
     escaped = str(value).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
@@ -406,4 +436,14 @@ def new_identity(hostname: str) -> str:
     return f"{cleaned}-{uuid.uuid4().hex[:6]}"
 
 
-__all__ = ["Kube", "field_is", "is_conflict", "is_not_found", "new_identity", "now_rfc3339"]
+__all__ = [
+    "OLDEST_KUBERNETES",
+    "Kube",
+    "UnsupportedKubernetes",
+    "field_is",
+    "is_conflict",
+    "is_not_found",
+    "new_identity",
+    "now_rfc3339",
+    "require_supported",
+]
