@@ -649,17 +649,22 @@ def _overlapping_on_port(review: Review, protocol: str, port: int, selector: Map
     """The other VirtualServices of the namespace with a listener on protocol/port whose selector overlaps
     `selector` (a VirtualService selects Envoys of its own namespace only, so no other namespace's can meet it).
 
-    Found with set operations on the indexes, not by comparing selectors one by one: the objects on the port,
-    less those whose selector has one of this selector's keys with another value.
+    Found with set operations on the indexes, not by comparing selectors one by one: for each of this selector's
+    keys, the objects on the port with the same value or without the key. Many VirtualServices on one port with
+    selectors of one key (`app: <name>`) is the common case, so the cost follows the few that match, not every
+    object on the port: those without the key are the port's objects less those with it, which is nobody when the
+    two counts agree (every object on the port has its entries in both indexes).
     """
     kind, where = VirtualService.resource.kind, (review.namespace, protocol, port)
-    found = set(review.view.keys(kind, "port", where))
+    on_port = review.view.keys(kind, "port", where)
+    found: AbstractSet[tuple[str, str]] = on_port
     for key, value in selector.items():
+        with_key = review.view.keys(kind, "port-label", (*where, key))
+        same_value = review.view.keys(kind, "port-label-value", (*where, key, value))
+        without_key = on_port - with_key if len(with_key) < len(on_port) else set()
+        found = found & (same_value | without_key)
         if not found:
             break
-        found -= review.view.keys(kind, "port-label", (*where, key)) - review.view.keys(
-            kind, "port-label-value", (*where, key, value)
-        )
     objects = (review.view.get(kind, *key) for key in sorted(found) if key != review.identity)
     return [obj for obj in objects if obj is not None and not _metadata(obj).get("deletionTimestamp")]
 
