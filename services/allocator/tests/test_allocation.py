@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tollgate.allocator import allocation
-from tollgate.allocator.allocation import BlockPool, ExhaustedError
+from tollgate.allocator.allocation import SERVICE_ID_ALLOCATED, BlockPool, ExhaustedError, service_id_claim
 from tollgate.models.epic import MAX_TUNNEL_ID, EPICStatus, TunnelIDBlock
 
 NOW = "2026-01-01T00:00:00Z"
@@ -175,3 +176,27 @@ def test_valid_input_is_normalized() -> None:
     assert allocation.validate_address("node_address", "", required=False) is None
     assert allocation.validate_port("port", 8080, "") == (8080, "TCP")
     assert allocation.validate_name("account", "acme-widgets") == "acme-widgets"
+
+
+def lb_claiming(name: str, created: str, allocated: bool) -> dict[str, Any]:
+    conditions = [{"type": "Allocated", "status": "True", "reason": SERVICE_ID_ALLOCATED}] if allocated else []
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": {"conditions": conditions}}
+
+
+def test_the_load_balancer_already_allocated_an_id_keeps_it_against_one_created_in_the_same_second() -> None:
+    """Creation times have whole seconds: "late", created in the second "manual" was, sorts first by name, and
+    took manual's hand-set ID (seen in CI). The one Allocated with the ID keeps it."""
+    manual = lb_claiming("manual", "2026-11-26T08:26:50Z", allocated=True)
+    late = lb_claiming("late", "2026-11-26T08:26:50Z", allocated=False)
+    assert service_id_claim(manual) < service_id_claim(late)
+    assert sorted([late, manual], key=service_id_claim)[0] is manual
+
+
+def test_among_load_balancers_not_yet_allocated_the_oldest_claims_the_id_then_the_first_name() -> None:
+    older = lb_claiming("zeta", "2026-11-26T08:26:49Z", allocated=False)
+    newer = lb_claiming("alpha", "2026-11-26T08:26:50Z", allocated=False)
+    same_second = lb_claiming("beta", "2026-11-26T08:26:50Z", allocated=False)
+    assert sorted([same_second, newer, older], key=service_id_claim) == [older, newer, same_second]
+    allocated_other_way = lb_claiming("gamma", "2026-11-26T08:26:51Z", allocated=False)
+    allocated_other_way["status"]["conditions"] = [{"type": "Allocated", "status": "True", "reason": "Allocated"}]
+    assert service_id_claim(older) < service_id_claim(allocated_other_way), "Allocated, but not with a service ID"

@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
+from typing import Any
 
 from tollgate.models.epic import (
     MAX_TUNNEL_ID,
@@ -134,6 +135,23 @@ def next_service_id(current: int, used: Iterable[int]) -> int:
     if candidate > MAX_SERVICE_ID:
         raise ExhaustedError(f"status.current-service-id: all {MAX_SERVICE_ID} service IDs of the account are used")
     return candidate
+
+
+# The reason of a load balancer's Allocated condition once it holds its service ID.
+SERVICE_ID_ALLOCATED = "ServiceIDAllocated"
+
+
+def service_id_claim(lb: Mapping[str, Any]) -> tuple[bool, str, str]:
+    """How strong a load balancer's claim is on the service ID it names, the strongest smallest: one already
+    Allocated with it first (a load balancer in use keeps its ID, and a newcomer naming the same one is the
+    duplicate), then the oldest, then by name. Creation times have whole seconds: ordered by them and the name
+    alone, a load balancer created in the same second as the holder, with a name earlier in the alphabet, took
+    the holder's ID."""
+    conditions = (lb.get("status") or {}).get("conditions") or []
+    allocated: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Allocated"), {})
+    holds = allocated.get("status") == "True" and allocated.get("reason") == SERVICE_ID_ALLOCATED
+    meta = lb["metadata"]
+    return not holds, str(meta["creationTimestamp"]), str(meta["name"])
 
 
 def duplicates(ids: Iterable[int]) -> dict[int, int]:

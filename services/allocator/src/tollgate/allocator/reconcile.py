@@ -279,14 +279,13 @@ class Reconciler:
             earlier = [
                 o["metadata"]["name"]
                 for o in await self._service_id_holders(namespace, spec.service_id, meta["name"])
-                if (o["metadata"]["creationTimestamp"], o["metadata"]["name"])
-                < (meta["creationTimestamp"], meta["name"])
+                if allocation.service_id_claim(o) < allocation.service_id_claim(lb)
             ]
             if earlier:
                 message = f"spec.service-id: {spec.service_id} is already used by load balancer {earlier[0]!r}"
                 await self.kube.event(lb, "DuplicateServiceID", message, warning=True)
                 return False, "DuplicateServiceID", message, None
-            return True, "ServiceIDAllocated", f"service-id {spec.service_id}", None
+            return True, allocation.SERVICE_ID_ALLOCATED, f"service-id {spec.service_id}", None
         # The counter, bumped with the Account's resourceVersion, is what keeps two allocations from ever returning
         # one ID (each returns an ID above the counter it read, and only one write per counter value succeeds). The
         # IDs set by hand that it must skip are read live after the counter, one candidate at a time (a list of the
@@ -314,7 +313,7 @@ class Reconciler:
             return False, "AccountNotFound", f"Account {account!r} was deleted", None
         self.metrics.service_ids.add(1)
         new_id = int(written["status"]["current-service-id"])
-        return True, "ServiceIDAllocated", f"service-id {new_id}", new_id
+        return True, allocation.SERVICE_ID_ALLOCATED, f"service-id {new_id}", new_id
 
     async def _service_id_holders(self, namespace: str, service_id: int, but: str) -> list[JSON]:
         """The load balancers of the namespace other than `but` whose spec.service-id is `service_id`."""
