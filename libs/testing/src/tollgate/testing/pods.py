@@ -11,9 +11,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
-from tollgate.runtime.kube import raw_json
+from tollgate.runtime.kube import Watch, raw_json
 
 log = logging.getLogger("tollgate.testing.pods")
 JSON = dict[str, Any]
@@ -168,13 +168,10 @@ class Watches:
             try:
                 body = raw_json(list_call(_preload_content=False, **options))
                 self._emit(source, "LIST", body)
-                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                    list_call, resource_version=body["metadata"]["resourceVersion"], timeout_seconds=30, **options
-                )
-                for event in stream:
-                    if event["type"] == "ERROR":  # e.g. 410 Gone: the resourceVersion is too old
-                        raise RuntimeError(event["raw_object"].get("message", "watch error"))
-                    self._emit(source, event["type"], event["raw_object"])
+                # An ERROR event (e.g. 410 Gone: the resourceVersion is too old) raises, and the list starts again.
+                watcher = Watch(body["metadata"]["resourceVersion"])
+                for kind, obj in watcher.events(list_call, timeout_seconds=30, **options):
+                    self._emit(source, kind, obj)
                     if self._stop.is_set():
                         return
             except Exception as error:  # whatever went wrong, start again from a fresh list
