@@ -8,7 +8,13 @@ import kopf
 import pytest
 
 from tollgate.runtime.kube import KubeTimeouts
-from tollgate.runtime.operator import KOPF_ERROR_BACKOFF, KOPF_ERROR_RETRIES, JitteredBackoffs, configure
+from tollgate.runtime.operator import (
+    KOPF_ERROR_BACKOFF,
+    KOPF_ERROR_RETRIES,
+    WORKER_IDLE_SECONDS,
+    JitteredBackoffs,
+    configure,
+)
 
 
 @pytest.fixture
@@ -25,6 +31,14 @@ def test_a_watch_is_given_up_by_the_client_a_little_after_the_server_ends_a_heal
     assert (watching.server_timeout, watching.client_timeout, watching.connect_timeout) == (20, 25, 3)
     assert watching.inactivity_timeout == 25, "never longer than the client timeout"
     assert (settings.networking.request_timeout, settings.networking.connect_timeout) == (7, 3)
+
+
+def test_an_objects_worker_leaves_half_a_second_after_its_last_event_not_kopfs_five() -> None:
+    settings = kopf.OperatorSettings()
+    assert settings.batching.idle_timeout == 5.0, "kopf's default, which a burst of objects pays for in memory"
+    configure(settings, "probe")
+    assert settings.batching.idle_timeout == WORKER_IDLE_SECONDS == 0.5
+    assert settings.batching.batch_window < WORKER_IDLE_SECONDS, "a worker still waits out its batch window"
 
 
 def test_retry_pauses_are_drawn_anew_each_time_within_half_and_all_of_their_ceiling() -> None:
