@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
@@ -57,12 +58,15 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def condition_status(obj: dict[str, Any], type_: str) -> str:
+def raw_condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    """A condition of an object as the API server returns it; empty when it has none of that type."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((item for item in conditions if item.get("type") == type_), {})
+
+
+def condition_status(obj: Mapping[str, Any], type_: str) -> str:
     """The status ("True", "False" or "Unknown") of a condition of an object as the API server returns it."""
-    for item in (obj.get("status") or {}).get("conditions") or []:
-        if item.get("type") == type_:
-            return str(item.get("status", "Unknown"))
-    return "Unknown"
+    return str(raw_condition(obj, type_).get("status", "Unknown"))
 
 
 def merge_patch(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

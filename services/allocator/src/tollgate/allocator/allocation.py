@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 from typing import Any
 
+from tollgate.models.base import raw_condition
 from tollgate.models.epic import (
     MAX_TUNNEL_ID,
     AddressHolder,
@@ -147,8 +148,7 @@ def service_id_claim(lb: Mapping[str, Any]) -> tuple[bool, str, str]:
     duplicate), then the oldest, then by name. Creation times have whole seconds: ordered by them and the name
     alone, a load balancer created in the same second as the holder, with a name earlier in the alphabet, took
     the holder's ID."""
-    conditions = (lb.get("status") or {}).get("conditions") or []
-    allocated: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Allocated"), {})
+    allocated = raw_condition(lb, "Allocated")
     holds = allocated.get("status") == "True" and allocated.get("reason") == SERVICE_ID_ALLOCATED
     meta = lb["metadata"]
     return not holds, str(meta["creationTimestamp"]), str(meta["name"])

@@ -276,10 +276,11 @@ class Reconciler:
             return False, "AccountNotFound", message, None
         spec = LoadBalancerSpec.model_validate(lb["spec"])
         if spec.service_id is not None:
+            claim = allocation.service_id_claim(lb)
             earlier = [
                 o["metadata"]["name"]
                 for o in await self._service_id_holders(namespace, spec.service_id, meta["name"])
-                if allocation.service_id_claim(o) < allocation.service_id_claim(lb)
+                if allocation.service_id_claim(o) < claim
             ]
             if earlier:
                 message = f"spec.service-id: {spec.service_id} is already used by load balancer {earlier[0]!r}"
