@@ -142,7 +142,16 @@ NAMESPACE_OF = $$(sed -n "s/^tollgate-$(1): //p" deploy/charts/namespaces.yaml)
 
 .PHONY: deploy
 deploy: charts ## Helm charts into the current cluster (IMG_PREFIX and IMAGE_TAG pick the images)
-	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds -n $(call NAMESPACE_OF,crds) --create-namespace
+	@if owner=$$(kubectl get mutatingwebhookconfiguration tollgate-webhook \
+	    -o 'jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null) && [ "$$owner" != Helm ]; then \
+	  echo "make deploy: this cluster has the webhook registration of make dev or tilt up (local mode), not the" \
+	    "chart's; the chart cannot take it over. Remove it (kubectl delete" \
+	    "mutatingwebhookconfiguration,validatingwebhookconfiguration tollgate-webhook) or use a fresh cluster" \
+	    "(make cluster-down cluster)" >&2; \
+	  exit 2; \
+	fi
+	helm upgrade --install tollgate-crds deploy/charts/tollgate-crds -n $(call NAMESPACE_OF,crds) --create-namespace \
+	  --take-ownership
 	@for service in $(SERVICES); do \
 	  helm upgrade --install tollgate-$$service deploy/charts/tollgate-$$service -n $(call NAMESPACE_OF,$$service) \
 	    --create-namespace --set image.repository=$(IMG_PREFIX)$$service --set image.tag=$(IMAGE_TAG) || exit $$?; \

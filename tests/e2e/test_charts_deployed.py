@@ -144,6 +144,27 @@ def wait_all_ready(deployment: Deployment, timeout: float = 240) -> None:
         )
 
 
+def test_make_deploy_on_a_cluster_make_dev_used_stops_at_its_webhook_registration(deployment: Deployment) -> None:
+    """`make dev` and `tilt up` leave their cluster running, with the CRDs applied and the webhook process's own
+    registration. The CRDs are taken over by the chart (next test); the registration the chart cannot patch into
+    its own, so `make deploy` names it and stops before installing anything."""
+    deployment.kubectl("apply", "-f", str(ROOT / "crds"))
+    registration = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "tollgate-webhook"},
+        "webhooks": [],
+    }
+    deployment.kubectl("apply", "-f", "-", stdin=json.dumps(registration))
+    result = deployment.make("deploy")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "this cluster has the webhook registration of make dev or tilt up" in result.stderr
+    removal = "kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration tollgate-webhook"
+    assert removal in result.stderr
+    assert deployment.helm("list", "--all-namespaces", "--short").stdout.strip() == ""
+    deployment.kubectl("delete", "mutatingwebhookconfiguration", "tollgate-webhook")
+
+
 def test_make_deploy_installs_every_chart_and_every_pod_becomes_ready(deployment: Deployment) -> None:
     result = deployment.make("deploy")
     assert result.returncode == 0, result.stdout + result.stderr
