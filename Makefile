@@ -37,6 +37,14 @@ sync: $(UV) ## install the Python packages (uv workspace, locked); reinstalls a 
 tools: ## build or fetch the control-plane binaries (cached, idempotent)
 	@hack/tools.sh >/dev/null
 
+.PHONY: node-packages
+node-packages: ## the Debian packages of the embedded node and the image builds (containerd, runc, CNI, docker.io, mmdebstrap)
+	@hack/node-packages.sh
+
+.PHONY: images
+images: sync node-packages ## the five services' images, Envoy's and the node's pause image (cached by content; BASE_IMAGE=...)
+	$(RUN) python -m tollgate.testing.images --prefix $(IMG_PREFIX) --tag $(IMAGE_TAG)
+
 .PHONY: jaeger
 jaeger: ## build Jaeger v2, the trace backend of make dev and the tracing test (cached, idempotent)
 	@hack/tools.sh jaeger >/dev/null
@@ -68,7 +76,8 @@ TEST_SUITES := $(shell sed -n 's/^testpaths = \[\(.*\)\]/\1/p' pyproject.toml | 
 .PHONY: test
 test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
 	@start=$$SECONDS; \
-	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart"; do \
+	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart" \
+	    "images: the images, and the node's Debian packages"; do \
 	  echo "make test: [$$((SECONDS - start)) s] $$step"; $(MAKE) --no-print-directory $${step%%:*}; \
 	  if [ "$${step%%:*}" = tools ]; then \
 	    echo "make test: [$$((SECONDS - start)) s] jaeger: building in the background (log .dev/jaeger-build.log)"; \
@@ -81,8 +90,8 @@ test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cl
 	echo "make test: [$$((SECONDS - start)) s] passed"
 
 .PHONY: cluster
-cluster: sync tools ## the embedded cluster (kubeconfig at .dev/kubeconfig)
-	$(RUN) python -m tollgate.testing.cluster up
+cluster: sync tools images ## the embedded cluster with its real node (kubeconfig at .dev/kubeconfig)
+	$(RUN) python -m tollgate.testing.cluster up --real-node
 
 .PHONY: cluster-down
 cluster-down: sync ## stop the embedded cluster
@@ -120,11 +129,7 @@ bench: sync tools ## every benchmark under bench/, one combined table (also .dev
 
 
 .PHONY: docker-build
-docker-build: ## one image per service, $(IMG_PREFIX)<service>:$(IMAGE_TAG) (needs a Docker engine)
-	@command -v docker >/dev/null || { echo "make docker-build: no docker client on PATH" >&2; exit 2; }
-	@for service in $(SERVICES); do \
-	  docker build -f services/$$service/Dockerfile --target runtime -t $(IMG_PREFIX)$$service:$(IMAGE_TAG) . || exit $$?; \
-	done
+docker-build: images ## one image per service, $(IMG_PREFIX)<service>:$(IMAGE_TAG), and Envoy's (make images)
 
 .PHONY: docker-push
 docker-push: ## push the images docker-build made (IMG_PREFIX=registry.example.com/tollgate/ IMAGE_TAG=v1)

@@ -2,9 +2,11 @@
 # Builds (once) the binaries of the embedded control plane into
 # ${XDG_CACHE_HOME:-~/.cache}/tollgate/<k8s-version>/bin and prints that directory.
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  from k8s.io/kubernetes (wrapper module)
+#   kubelet, kube-proxy                                               the same, for the embedded cluster's real node
 #   etcd                                                              from go.etcd.io/etcd/server/v3 (same module graph)
 #   kwok, kwokctl                                                     go install sigs.k8s.io/kwok/cmd/...
 #   helm                                                              go install helm.sh/helm/v3/cmd/helm
+#   coredns                                                           go install github.com/coredns/coredns (the node's DNS)
 #   tilt                                                              built from ../shared/vendor/tilt (offline source)
 #   libpodnet.so                                                      cc hack/podnet/podnet.c (the embedded kubelet's bind shim)
 # `hack/tools.sh jaeger` builds only Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, wrapper module hack/jaeger)
@@ -84,7 +86,7 @@ k8s_ldflags() {
 
 build_control_plane() {
   local wanted=() name var
-  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
+  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet kube-proxy; do
     var=$(printf '%s_BINARY' "$name" | tr 'a-z-' 'A-Z_')
     if [ -x "$bin/$name" ]; then hit "$name"; else link_existing "$name" "$var" || wanted+=("$name"); fi
   done
@@ -202,6 +204,7 @@ else
   go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION"
   build_tilt
   build_podnet
 fi

@@ -23,7 +23,19 @@ from tollgate.testing.tools import repo_root, versions
 from tollgate.testing.wait import wait_for
 
 ROOT = repo_root()
-TOOLS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl", "helm"]
+TOOLS = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "etcd",
+    "kubelet",
+    "kube-proxy",
+    "kwok",
+    "kwokctl",
+    "helm",
+    "coredns",
+]
 SYSTEM_PATH = "/usr/bin:/bin"  # without Go, and without the tools cache
 TOOLS_LINE = re.compile(r"^tools: \[ *\d+ s\] ")
 
@@ -76,7 +88,9 @@ def test_make_tools_says_what_it_found_cached(tmp_path: Path) -> None:
     assert f"control-plane binaries for Kubernetes {versions()['K8S_VERSION']} in {bin_dir}" in lines[0]
     assert len(lines) == 2, "a warm run says where, and what it found"
     everything = " ".join([*TOOLS, "tilt", "libpodnet.so"])
-    assert re.search(rf"\] ready: 10 cached \({everything}\), 0 built or installed, in \d+ s$", lines[-1]), lines
+    assert re.search(
+        rf"\] ready: {len(TOOLS) + 2} cached \({everything}\), 0 built or installed, in \d+ s$", lines[-1]
+    ), lines
 
 
 def test_make_tools_says_what_it_installs_and_that_it_is_still_at_it(tmp_path: Path) -> None:
@@ -96,7 +110,7 @@ def test_make_tools_says_what_it_installs_and_that_it_is_still_at_it(tmp_path: P
                for line in lines)  # fmt: skip
     assert [line for line in lines if re.search(r"\] still installing helm \(\d+ s\)$", line)], lines
     assert any(re.search(r"\] done installing helm in \d+ s$", line) for line in lines), lines
-    assert lines[-1].split("] ")[1].startswith("ready: 9 cached (kube-apiserver "), lines[-1]
+    assert lines[-1].split("] ")[1].startswith(f"ready: {len(TOOLS) + 1} cached (kube-apiserver "), lines[-1]
     assert "helm" not in lines[-1] and ", 1 built or installed" in lines[-1]
 
 
@@ -235,7 +249,7 @@ def test_a_second_make_tools_waits_for_the_first_and_says_so(tmp_path: Path) -> 
     assert second.returncode == 0, err
     assert f"waiting for another make tools (pid 4242) to finish with {bin_dir} (1 s)" in waiting[1], waiting
     assert f"done waiting for another make tools (pid 4242) to finish with {bin_dir}" in err
-    assert "ready: 10 cached" in err
+    assert f"ready: {len(TOOLS) + 2} cached" in err
     assert out == f"{bin_dir}\n"
 
 

@@ -26,6 +26,9 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "tollgate.serviceAccountName" . }}
+      # Off: a Service named like the release (tollgate-webhook) would otherwise put TOLLGATE_WEBHOOK_PORT=tcp://...
+      # into the environment, where the service's settings (prefix TOLLGATE_WEBHOOK_) read it as their port.
+      enableServiceLinks: false
       securityContext:
         runAsNonRoot: true
         runAsUser: 10001

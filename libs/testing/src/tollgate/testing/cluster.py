@@ -24,8 +24,10 @@ import yaml
 
 from tollgate.models.addresses import EndpointPolicy
 from tollgate.runtime.logging import setup_logging
+from tollgate.testing import images, node
 from tollgate.testing.kubelet.stages import kwok_stages
 from tollgate.testing.net import free_port
+from tollgate.testing.processes import alive, pid_in
 from tollgate.testing.restarts import CrashLoop
 from tollgate.testing.tools import repo_root, tool
 
@@ -73,10 +75,14 @@ class ClusterError(RuntimeError):
     pass
 
 
-def node_manifest(index: int) -> dict[str, Any]:
-    """Worker `index` (0-based): InternalIP 127.0.10.<index+1>, pods in 127.1.<index+1>.0/24."""
+def node_manifest(index: int, real_node: bool = False) -> dict[str, Any]:
+    """KWOK's worker `index` (0-based): InternalIP 127.0.10.<index+1>, pods in 127.1.<index+1>.0/24; beside the real
+    node, InternalIP 192.0.2.<index+10> and pods in 198.18.<index+1>.0/24 (neither assigned on the machine: KWOK only
+    reports them), tainted so that only pods meant for many nodes land there."""
     name = f"tollgate-worker-{index}"
-    pod_cidr = f"127.1.{index + 1}.0/24"
+    pod_cidr = f"198.18.{index + 1}.0/24" if real_node else f"127.1.{index + 1}.0/24"
+    internal_ip = f"192.0.2.{index + 10}" if real_node else f"127.0.10.{index + 1}"
+    taints = [{"key": KWOK_MANAGED, "value": "fake", "effect": "NoSchedule"}] if real_node else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -93,17 +99,22 @@ def node_manifest(index: int) -> dict[str, Any]:
                 "type": "kwok",
             },
         },
-        "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr], "providerID": f"digitalocean://{400000 + index}"},
+        "spec": {
+            "podCIDR": pod_cidr,
+            "podCIDRs": [pod_cidr],
+            "providerID": f"digitalocean://{400000 + index}",
+            "taints": taints,
+        },
         "status": {
             "addresses": [
-                {"type": "InternalIP", "address": f"127.0.10.{index + 1}"},
+                {"type": "InternalIP", "address": internal_ip},
                 {"type": "Hostname", "address": name},
             ]
         },
     }
 
 
-def kwokctl_config(disable_qps_limits: bool = False) -> str:
+def kwokctl_config(disable_qps_limits: bool = False, real_node_pki: Path | None = None) -> str:
     """Every component listens on loopback only; benchmarks may lift the components' client QPS limits.
 
     ClusterIPs come from SERVICE_CIDR, a loopback range like the pod IPs, so that the embedded kubelet can
@@ -120,6 +131,11 @@ def kwokctl_config(disable_qps_limits: bool = False) -> str:
     no Job got a pod again. Without the election they wait for the API server like every other client and
     carry on (tests/e2e/test_cluster_faults.py). Whatever else stops a component, the ControlPlaneWatchdog
     starts it again.
+
+    With the real node (tollgate.testing.node) the API server also listens on the node's address on its bridge, so
+    that pods reach it through the `kubernetes` Service; ClusterIPs come from 198.19.0.0/16, which kube-proxy
+    serves; the API server reaches the kubelet (logs, exec, port-forward) at its InternalIP with the admin pair; and
+    KWOK manages only the nodes annotated as its own, never the real one.
     """
     options: dict[str, object] = {"bindAddress": "127.0.0.1"}
     # kwokctl picks each port by scanning down from 32767 for one nobody listens on yet, so two clusters created
@@ -128,16 +144,37 @@ def kwokctl_config(disable_qps_limits: bool = False) -> str:
     options |= {option: free_port() for option in PORT_OPTIONS}
     if disable_qps_limits:
         options["disableQPSLimits"] = True
-    service_cidr = {"key": "service-cluster-ip-range", "value": SERVICE_CIDR}
+    service_cidr = {
+        "key": "service-cluster-ip-range",
+        "value": SERVICE_CIDR if real_node_pki is None else node.SERVICE_CIDR,
+    }
     no_election = {"key": "leader-elect", "value": "false"}
+    apiserver_args = [service_cidr]
+    kwok_args: list[dict[str, str]] = []
+    if real_node_pki is not None:
+        options["kubeApiserverCertSANs"] = [node.NODE_IP, "127.0.0.1", *node.API_SERVER_SERVICE_NAMES]
+        apiserver_args += [
+            # Pods reach it at the node's address, the other components at 127.0.0.1 (kwokctl's kubeconfigs name
+            # that whatever bindAddress says); tollgate.testing.node lets only those two interfaces in.
+            {"key": "bind-address", "value": "0.0.0.0"},
+            {"key": "advertise-address", "value": node.NODE_IP},
+            {"key": "kubelet-client-certificate", "value": str(real_node_pki / "admin.crt")},
+            {"key": "kubelet-client-key", "value": str(real_node_pki / "admin.key")},
+            {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+        ]
+        kwok_args = [
+            {"key": "manage-all-nodes", "value": "false"},
+            {"key": "manage-nodes-with-annotation-selector", "value": f"{KWOK_MANAGED}=fake"},
+        ]
     configuration = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
         "options": options,
         "componentsPatches": [
-            {"name": "kube-apiserver", "extraArgs": [service_cidr]},
+            {"name": "kube-apiserver", "extraArgs": apiserver_args},
             {"name": "kube-controller-manager", "extraArgs": [no_election]},
             {"name": "kube-scheduler", "extraArgs": [no_election]},
+            *([{"name": "kwok-controller", "extraArgs": kwok_args}] if kwok_args else []),
         ],
     }
     return yaml.safe_dump_all([configuration, *kwok_stages()])
@@ -149,6 +186,7 @@ class EmbeddedCluster:
     workdir: Path
     kubeconfig: Path
     disable_qps_limits: bool = False
+    real_node: bool = False
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
@@ -198,12 +236,19 @@ class EmbeddedCluster:
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        node_images: list[images.Built] = []
+        if self.real_node:
+            reason = node.unsupported_reason()
+            if reason is not None:
+                raise ClusterError(f"{reason}; without it, use kind with Tilt's kind mode (docs/development.md)")
+            node_images = images.node_images()
+            self.node().claim()
         if self.exists():
             if not self.is_ready():
                 self._kwokctl("start", "cluster", "--timeout", f"{int(timeout)}s")
         else:
             config = self.workdir / "kwokctl.yaml"
-            config.write_text(kwokctl_config(self.disable_qps_limits))
+            config.write_text(kwokctl_config(self.disable_qps_limits, self.pki_dir() if self.real_node else None))
             bins = {
                 name: str(tool(name))
                 for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
@@ -231,9 +276,19 @@ class EmbeddedCluster:
                 str(tool("kwok")),
             )
         self.wait_ready(timeout - (time.monotonic() - started))
+        if self.real_node and not self.node().running("kubelet"):
+            self.node().start(node_images, timeout - (time.monotonic() - started))
         self.ensure_nodes(nodes, timeout - (time.monotonic() - started))
         self._start_watchdog()
         return time.monotonic() - started
+
+    def pki_dir(self) -> Path:
+        """kwokctl's PKI of this cluster: ca.crt, admin.crt, admin.key."""
+        return self.workdir / "clusters" / self.name / "pki"
+
+    def node(self) -> node.RealNode:
+        """The real node of this cluster (tollgate.testing.node), whether it runs or not."""
+        return node.RealNode(self.workdir / "node", self.pki_dir(), self.kubeconfig, images.cache_dir() / "containerd")
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -251,7 +306,10 @@ class EmbeddedCluster:
             time.sleep(0.2)
 
     def ensure_nodes(self, count: int, timeout: float) -> None:
-        manifests = [node_manifest(index) for index in range(count)]
+        manifests = [node_manifest(index, self.real_node) for index in range(count)]
+        if self.real_node:
+            for manifest in manifests:
+                self.node().add_address(manifest["status"]["addresses"][0]["address"])
         self.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
         # Status given at creation is dropped by the API server: set the addresses KWOK then keeps.
         for manifest in manifests:
@@ -280,9 +338,7 @@ class EmbeddedCluster:
         return self.workdir / "clusters" / self.name / "watchdog.pid"
 
     def watchdog_pid(self) -> int | None:
-        pid_file = self._watchdog_pid_file()
-        pid = int(pid_file.read_text()) if pid_file.exists() else None
-        return pid if pid is not None and _alive(pid) else None
+        return pid_in(self._watchdog_pid_file())
 
     def _start_watchdog(self) -> None:
         """A detached `python -m tollgate.testing.cluster watch` for this cluster (ControlPlaneWatchdog), unless
@@ -307,7 +363,7 @@ class EmbeddedCluster:
             return
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 30
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         self._watchdog_pid_file().unlink(missing_ok=True)
 
@@ -349,12 +405,13 @@ class EmbeddedCluster:
         running = {}
         for pid_file in self._pid_files():
             content = pid_file.read_text()
-            if content.isdigit() and _alive(int(content)):  # empty while kwokctl writes it
+            if content.isdigit() and alive(int(content)):  # empty while kwokctl writes it
                 running[pid_file.stem] = int(content)
         return running
 
     def down(self) -> None:
         self._stop_watchdog()
+        self.node().stop()
         if self.exists():
             self._kwokctl("delete", "cluster", "--kubeconfig", str(self.kubeconfig))
         self.kubeconfig.unlink(missing_ok=True)
@@ -407,15 +464,6 @@ class ControlPlaneWatchdog:
                 )
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie: an exited watchdog stays one until the process that started it reaps it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def dev_dir(root: Path) -> Path:
     """The state directory of `make cluster`, `make dev` and Tilt: $TOLLGATE_DEV_DIR, else .dev in the checkout."""
     return Path(os.environ.get("TOLLGATE_DEV_DIR") or root / ".dev")
@@ -430,7 +478,8 @@ def dev_cluster(root: Path, state: Path | None = None, name: str = "tollgate") -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tollgate.testing.cluster", description="The embedded cluster.")
     parser.add_argument("action", choices=["up", "down", "status", "watch"])
-    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=3, help="KWOK's fake nodes")
+    parser.add_argument("--real-node", action="store_true", help="with the real node (tollgate.testing.node)")
     parser.add_argument("--workdir", type=Path, help="the cluster's KWOK_WORKDIR (default: make cluster's)")
     parser.add_argument("--name", help="the cluster's name, with --workdir")
     parser.add_argument("--kubeconfig", type=Path, help="the cluster's kubeconfig, with --workdir")
@@ -445,8 +494,14 @@ def main(argv: list[str] | None = None) -> int:
         ControlPlaneWatchdog(cluster).run(stop)
         return 0
     if args.action == "up":
-        seconds = cluster.up(args.nodes)
-        print(f"cluster {cluster.name} ready in {seconds:.1f} s with {args.nodes} nodes")
+        cluster.real_node = args.real_node
+        try:
+            seconds = cluster.up(args.nodes)
+        except (ClusterError, node.NodeError) as error:
+            print(f"make cluster: {error}", file=sys.stderr)
+            return 2
+        real = " and the real node" if args.real_node else ""
+        print(f"cluster {cluster.name} ready in {seconds:.1f} s with {args.nodes} KWOK nodes{real}")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
         print(f"  watchdog pid {cluster.watchdog_pid()}, log {cluster.logs_dir() / 'watchdog.log'}")
         print(cluster.kubectl("get", "nodes", "-o", "wide").stdout.rstrip())
