@@ -1,5 +1,6 @@
-"""The Helm charts installed as users install them (`make deploy`) on a cluster of their own, with every pod
-run for real by the embedded kubelet, each service as its chart's ServiceAccount with exactly its chart's RBAC.
+"""The Helm charts installed as users install them (`make deploy`) on a cluster of their own, with every pod a
+container of the image `make images` built from this checkout, on the real node (tollgate.testing.node), each
+service as its chart's ServiceAccount with exactly its chart's RBAC.
 
 One module-scoped deployment; the tests run in order: admission, the data path through chart-installed
 services, an upgrade that rolls the pods, and an uninstall that leaves only the CRDs (and the objects of their
@@ -12,34 +13,35 @@ import copy
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tollgate.testing.cluster import DEV_ENDPOINT_ALLOWED_RANGES, DEV_ENDPOINT_DENIED_RANGES, EmbeddedCluster
-from tollgate.testing.echo import UDPEcho, udp_request
+from tollgate.testing import node
+from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.rbac import default_replicas, release_namespaces
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root, tool, tools_bin
 from tollgate.testing.wait import eventually, wait_for
 
 SERVICES = ["webhook", "allocator", "xds", "routedip", "jobs"]
 ROOT = repo_root()
-UPSTREAM = "127.77.0.10"  # a simulated remote client node's endpoint
-PUBLIC_ADDRESS = "127.80.250.20"  # the load balancer's: its Envoy binds it, and it is on this machine
+pytestmark = pytest.mark.skipif(node.unsupported_reason() is not None, reason=str(node.unsupported_reason()))
+
+UPSTREAM = "192.0.2.60"  # a simulated remote client node's endpoint, on the node's link
+PUBLIC_ADDRESS = "192.0.2.201"  # the load balancer's: the node routes it to its Envoy pod
+# The endpoint policy of this cluster: its own pod and Service ranges and the node's address refused.
+DENIED_RANGES = f"{node.POD_CIDR},{node.SERVICE_CIDR},{node.NODE_IP}/32"
 
 
 @dataclass
 class Deployment:
     cluster: EmbeddedCluster
-    kubelet: ServiceProcess
-    supervisor: ServiceProcess
-    pods_dir: Path
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(*args, stdin=stdin, check=check)
@@ -62,12 +64,17 @@ class Deployment:
         return [p for p in self.pods(service) if _ready(p) and not p["metadata"].get("deletionTimestamp")]
 
     def logs(self) -> str:
-        parts = [f"----- kubelet -----\n{self.kubelet.logs()[-6000:]}"]
-        parts += [f"----- {log.name} -----\n{log.read_text(errors='replace')[-4000:]}" for log in self.pod_logs()]
-        return "\n".join(parts)
+        """What a failure should show: every pod, and the end of the kubelet's log."""
+        pods = self.kubectl("get", "pods", "-A", "-o", "wide").stdout
+        return f"{pods}\n----- kubelet -----\n{self.cluster.node().log_tail('kubelet', 40)}"
 
-    def pod_logs(self) -> list[Path]:
-        return sorted(self.pods_dir.glob("*.log"))
+    def pod_log_lines(self, service: str) -> list[str]:
+        """The log lines of every pod of the service's chart (kubectl logs)."""
+        lines = []
+        for pod in self.pods(service):
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            lines += self.kubectl("logs", "-n", namespace, name, check=False).stdout.splitlines()
+        return lines
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -78,38 +85,12 @@ def _ready(pod: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     workdir = tmp_path_factory.mktemp("charts")
-    cluster = EmbeddedCluster(f"tollgate-charts-{os.getpid()}", workdir / "kwok", workdir / "kubeconfig")
-    processes: list[ServiceProcess] = []
+    name = f"tollgate-charts-{os.getpid()}"
+    cluster = EmbeddedCluster(name, workdir / "kwok", workdir / "kubeconfig", real_node=True)
     try:
         cluster.up(3)
-        state = workdir / "kubelet"
-        kubelet = ServiceProcess(
-            "kubelet",
-            cluster.kubeconfig,
-            workdir / "logs",
-            {
-                "TOLLGATE_KUBELET_STATE_DIR": str(state),
-                "TOLLGATE_KUBELET_LOG_DIR": str(workdir / "pods"),
-                "TOLLGATE_KUBELET_RESTART_BACKOFF_BASE": "1",
-            },
-            module="tollgate.testing.kubelet",
-        )
-        processes.append(kubelet.start().wait_ready())
-        supervisor = ServiceProcess(
-            "supervisor",
-            cluster.kubeconfig,
-            workdir / "logs",
-            {
-                "TOLLGATE_SUPERVISOR_LOG_DIR": str(workdir / "envoy"),
-                "TOLLGATE_SUPERVISOR_HOSTS_FILE": str(state / "hosts"),
-            },
-            module="tollgate.testing.supervisor",
-        )
-        processes.append(supervisor.start().wait_ready())
-        yield Deployment(cluster, kubelet, supervisor, workdir / "pods")
+        yield Deployment(cluster)
     finally:
-        for process in reversed(processes):
-            process.stop()
         cluster.down()
 
 
@@ -174,8 +155,9 @@ def test_make_deploy_installs_every_chart_and_every_pod_becomes_ready(deployment
             assert pod["spec"]["serviceAccountName"] == f"tollgate-{service}"
             statuses = pod["status"]["containerStatuses"]
             assert [s["ready"] for s in statuses] == [True], statuses
-    # The webhook's two replicas prefer different nodes: with three nodes free, they get them.
-    assert len({pod["spec"]["nodeName"] for pod in deployment.ready_pods("webhook")}) == 2
+            assert pod["spec"]["nodeName"] == node.NODE_NAME  # KWOK's nodes are tainted: only the real node runs pods
+            assert statuses[0]["image"] == f"ghcr.io/tollgate/{service}:dev"
+            assert statuses[0]["containerID"].startswith("containerd://")
     crds = json.loads(deployment.kubectl("get", "crd", "-o", "json").stdout)["items"]
     assert len(crds) == len(list((ROOT / "crds").glob("*.yaml")))
 
@@ -195,8 +177,8 @@ def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(dep
     assert message in result.stderr
 
     def webhook_denial() -> dict[str, Any] | None:
-        logs = [p for p in deployment.pod_logs() if "_tollgate-webhook-" in p.name]  # either replica may answer
-        lines = [json.loads(line) for log in logs for line in log.read_text().splitlines() if line.startswith("{")]
+        # Either replica may answer.
+        lines = [json.loads(line) for line in deployment.pod_log_lines("webhook") if line.startswith("{")]
         return next((line for line in lines if line.get("outcome") == "denied" and line.get("reason") == message), None)
 
     denial = wait_for(webhook_denial, "the chart-installed webhook's pod to log the denial")
@@ -204,59 +186,90 @@ def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(dep
     assert deployment.kubectl("get", "loadbalancer", "bad", "-n", "epic-root", check=False).returncode != 0
 
 
-async def test_load_balancer_gets_envoys_from_the_chart_allocator_and_config_from_the_chart_xds(
+def remote_endpoint(port: int, protocol: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "epic.acnodal.io/v1",
+        "kind": "RemoteEndpoint",
+        "metadata": {"name": f"charts-lb-{protocol.lower()}", "namespace": "epic-root"},
+        "spec": {
+            "load-balancer": "charts-lb",
+            "address": UPSTREAM,
+            "node-address": UPSTREAM,
+            "port": {"port": port, "protocol": protocol},
+        },
+    }
+
+
+async def test_load_balancer_gets_envoy_containers_from_the_chart_allocator_that_carry_udp_and_tcp(
     deployment: Deployment,
 ) -> None:
+    """The chart allocator's Envoy Deployment runs unchanged on the Envoy image (the service group's default); the
+    Envoy container finds the chart xds by its Service name (CoreDNS), passes the identity check from its pod
+    address, binds the public address (on the pod and routed to it by the node, as EPIC's Multus attachment does:
+    docs/real-node.md) and forwards datagrams and connections sent there from the host to the endpoints."""
     lb = yaml.safe_load((ROOT / "deploy" / "samples" / "seed-loadbalancer.yaml").read_text())
     lb = copy.deepcopy(lb)
     lb["metadata"] = {"name": "charts-lb", "namespace": "epic-root"}
     lb["spec"] = {
         "public-address": PUBLIC_ADDRESS,
-        "public-ports": [{"port": 5060, "protocol": "UDP"}],
+        "public-ports": [{"port": 5060, "protocol": "UDP"}, {"port": 7070, "protocol": "TCP"}],
         "service-group": "sample",
     }
     deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
-    # The charts' endpoint policy is a real cluster's, which refuses loopback endpoints: this machine's simulated
-    # remote endpoint needs the dev policy, set through the chart values.
-    upgrade(
-        deployment,
-        ["webhook", "allocator"],
-        f"endpointPolicy.deniedRanges={{{DEV_ENDPOINT_DENIED_RANGES}}}",
-        f"endpointPolicy.allowedRanges={{{DEV_ENDPOINT_ALLOWED_RANGES}}}",
-    )
-    async with UDPEcho(UPSTREAM, 5060, name="charts-upstream"):
-        deployment.kubectl("apply", "-f", "-", stdin=json.dumps(lb))
-        endpoint = {
-            "apiVersion": "epic.acnodal.io/v1",
-            "kind": "RemoteEndpoint",
-            "metadata": {"name": "charts-lb-upstream", "namespace": "epic-root"},
-            "spec": {
-                "load-balancer": "charts-lb",
-                "address": UPSTREAM,
-                "node-address": UPSTREAM,
-                "port": {"port": 5060, "protocol": "UDP"},
-            },
-        }
-        deployment.kubectl("apply", "-f", "-", stdin=json.dumps(endpoint))
+    # The charts' default endpoint policy names the usual cluster ranges: this cluster's are set through the values.
+    upgrade(deployment, ["webhook", "allocator"], f"endpointPolicy.deniedRanges={{{DENIED_RANGES}}}")
+    in_pod_range = {**remote_endpoint(5060, "UDP"), "metadata": {"name": "in-pods", "namespace": "epic-root"}}
+    in_pod_range["spec"] = {**in_pod_range["spec"], "address": "198.18.0.200", "node-address": "198.18.0.200"}
+    refused = deployment.kubectl("apply", "-f", "-", stdin=json.dumps(in_pod_range), check=False)
+    assert refused.returncode != 0 and "spec.address" in refused.stderr, refused.stderr
+    deployment.cluster.node().add_address(UPSTREAM)
+    async with UDPEcho(UPSTREAM, 5060, name="udp-upstream"), TCPEcho(UPSTREAM, 7070, name="tcp-upstream"):
+        objects = [lb, remote_endpoint(5060, "UDP"), remote_endpoint(7070, "TCP")]
+        deployment.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
 
-        async def live_envoy_ip() -> str | None:
+        async def ready_envoy() -> dict[str, Any] | None:
             selector = "epic.acnodal.io/load-balancer=charts-lb"
             listing = deployment.kubectl("get", "pods", "-n", "epic-root", "-l", selector, "-o", "json")
-            for pod in json.loads(listing.stdout)["items"]:
-                ready = [c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"]
-                if ready and ready[0].get("reason") == "EnvoyLive":
-                    return str(pod["status"]["podIP"])
-            return None
+            ready = [p for p in json.loads(listing.stdout)["items"] if _ready(p)]
+            return ready[0] if ready else None
 
-        envoy_ip = await eventually(live_envoy_ip, "the chart allocator's Envoy pod to run a live Envoy", timeout=120)
-        reply = await eventually(
-            lambda: udp_request(PUBLIC_ADDRESS, 5060, b"through the charts", timeout=1),
-            f"a datagram to {PUBLIC_ADDRESS}:5060 through the Envoy at {envoy_ip}, configured by the charts' xds",
-            timeout=120,
-            ignore=(TimeoutError, OSError),
-        )
-        assert reply == b"charts-upstream:through the charts"
-        deployment.kubectl("delete", "loadbalancer", "charts-lb", "-n", "epic-root", "--wait=true", "--timeout=60s")
+        pod = await eventually(ready_envoy, f"the chart allocator's Envoy container Ready\n{deployment.logs()}", 120)
+        envoy_ip = pod["status"]["podIP"]
+        assert pod["spec"]["containers"][0]["image"] == "envoyproxy/envoy:v1.40.0"
+        assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+        for protocol, port in (("udp", 5060), ("tcp", 7070)):
+            request = udp_request if protocol == "udp" else tcp_request
+            payload = f"over {protocol}".encode()
+            reply = await eventually(
+                lambda request=request, port=port, payload=payload: request(PUBLIC_ADDRESS, port, payload, timeout=1),  # type: ignore[misc]
+                f"{protocol} to {PUBLIC_ADDRESS}:{port} through the Envoy container at {envoy_ip}",
+                timeout=120,
+                ignore=(TimeoutError, OSError),
+            )
+            assert reply == f"{protocol}-upstream:over {protocol}".encode()
+
+
+def test_epicctl_proxy_status_reaches_every_xds_replica_through_the_api_servers_pods_proxy(
+    deployment: Deployment,
+) -> None:
+    """Without --xds-url: epicctl finds the xds pods, mints a debug token, and asks each replica's debug API through
+    `pods/<pod>/proxy` (the chart's debug API on the pod's address); the load balancer's Envoy shows SYNCED."""
+    upgrade(deployment, ["xds"], "debugApi.service=true")
+    env = {**os.environ, "KUBECONFIG": str(deployment.cluster.kubeconfig)}
+
+    def synced() -> list[dict[str, Any]] | None:
+        command = [sys.executable, "-m", "tollgate.cli.epicctl", "proxy-status", "-o", "json"]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            return None
+        envoys = [e for e in json.loads(result.stdout) if e["namespace"] == "epic-root"]
+        states = {t["state"] for e in envoys for t in e["types"].values()}
+        return envoys if envoys and states == {"SYNCED"} else None
+
+    (envoy,) = wait_for(synced, "epicctl proxy-status to show the Envoy container SYNCED", timeout=90, interval=1)
+    assert envoy["pod"].startswith("charts-lb-envoy-")
+    assert envoy["serves"], envoy
+    deployment.kubectl("delete", "loadbalancer", "charts-lb", "-n", "epic-root", "--wait=true", "--timeout=60s")
 
 
 def test_helm_upgrade_with_a_changed_value_rolls_the_pods_and_they_come_back_ready(deployment: Deployment) -> None:

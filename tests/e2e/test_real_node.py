@@ -1,6 +1,7 @@
 """The embedded cluster's real node: a kubelet with containerd, runc, the CNI bridge, kube-proxy and CoreDNS on the
 reserved test ranges, beside KWOK's fake nodes, running pods of the images built from this checkout; and a host
-left as it was found once the cluster is down, also after a run that was killed.
+left as it was found once the cluster is down, also after a run that was killed. The charts on this node:
+test_charts_deployed.py.
 
 One cluster for the module (one real node per machine); the last tests take it down and compare the host.
 """
@@ -23,8 +24,7 @@ import pytest
 from tollgate.testing import node
 from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
 from tollgate.testing.images import envoy_image_ref
-from tollgate.testing.rbac import default_replicas, release_namespace
-from tollgate.testing.tools import repo_root, tool, tools_bin
+from tollgate.testing.tools import tool
 from tollgate.testing.wait import wait_for
 
 pytestmark = [
@@ -219,58 +219,6 @@ def test_nothing_leaves_the_machine_from_a_pod(real: RealCluster) -> None:
     resolve = "import socket; socket.gethostbyname('example.com')"
     unresolved = real.exec("envoy-outside", "python3", "-c", resolve, check=False)
     assert unresolved.returncode != 0 and "gaierror" in unresolved.stderr, unresolved.stderr
-
-
-SERVICES = ["webhook", "allocator", "xds", "routedip", "jobs"]
-
-
-def chart_pods(real: RealCluster, service: str) -> list[dict[str, Any]]:
-    selector = f"app.kubernetes.io/instance=tollgate-{service}"
-    pods = real.get("pods", "-n", release_namespace(service), "-l", selector)["items"]
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
-def all_ready(pods: list[dict[str, Any]]) -> bool:
-    return all(
-        any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])) for p in pods
-    )
-
-
-def test_make_deploy_runs_every_chart_as_containers_of_this_checkouts_images(real: RealCluster) -> None:
-    """Every pod Running and Ready under its chart's ServiceAccount, probes and token, as a container of the image
-    `make images` built, at an address of the pod range; the chart webhook answers the API server through its
-    Service (kube-proxy on the host) and refuses a bad object."""
-    env = {**os.environ, "KUBECONFIG": str(real.cluster.kubeconfig), "TOLLGATE_TOOLS_BIN": str(tools_bin())}
-    deployed = subprocess.run(["make", "deploy"], cwd=repo_root(), env=env, capture_output=True, text=True)
-    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-    for service in SERVICES:
-
-        def ready(service: str = service) -> list[dict[str, Any]] | None:
-            pods = chart_pods(real, service)
-            return pods if len(pods) == default_replicas(service) and all_ready(pods) else None
-
-        listing = real.kubectl("get", "pods", "-A", "-o", "wide").stdout
-        pods = wait_for(ready, f"the {service} chart's pods Ready (pods when the wait began:\n{listing})", timeout=120)
-        for pod in pods:
-            assert pod["spec"]["nodeName"] == node.NODE_NAME
-            assert pod["spec"]["serviceAccountName"] == f"tollgate-{service}"
-            assert ipaddress.ip_address(pod["status"]["podIP"]) in NODE_PODS
-            (status,) = pod["status"]["containerStatuses"]
-            assert status["image"] == f"ghcr.io/tollgate/{service}:dev"
-            assert status["containerID"].startswith("containerd://")
-            assert status["ready"] and "running" in status["state"]
-    real.kubectl("apply", "-f", str(repo_root() / "deploy" / "samples" / "epic-root-account.yaml"))
-    bad = {
-        "apiVersion": "epic.acnodal.io/v1",
-        "kind": "LoadBalancer",
-        "metadata": {"name": "bad", "namespace": "epic-root"},
-        "spec": {"public-ports": [{"port": 80}, {"port": 80}], "service-group": "sample"},
-    }
-    refused = real.kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
-    assert refused.returncode != 0
-    assert "spec.public-ports[1]: duplicate port/protocol pair 80/TCP" in refused.stderr
-    undeployed = subprocess.run(["make", "undeploy"], cwd=repo_root(), env=env, capture_output=True, text=True)
-    assert undeployed.returncode == 0, undeployed.stdout + undeployed.stderr
 
 
 def test_cluster_down_leaves_the_host_as_it_found_it(real: RealCluster, host_before: dict[str, Any]) -> None:

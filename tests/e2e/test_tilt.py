@@ -1,17 +1,19 @@
 """The Tiltfile, run by Tilt itself: `tilt ci` in local mode brings the whole system up and proves the data path;
-in charts mode it installs the Helm charts on the embedded cluster and their pods run."""
+in charts mode it installs the Helm charts on the embedded cluster and their pods run on its real node."""
 
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tollgate.testing.cluster import dev_cluster
+from tollgate.testing.cluster import EmbeddedCluster, dev_cluster
 from tollgate.testing.rbac import release_namespaces
-from tollgate.testing.tilt import tilt_binary, tilt_ci
+from tollgate.testing.tilt import TiltUp, copy_checkout, tilt_binary, tilt_ci
 from tollgate.testing.tools import ToolsMissingError, repo_root
 from tollgate.testing.wait import wait_for
 
@@ -41,12 +43,13 @@ def test_tilt_ci_local_mode_runs_every_resource_and_carries_traffic(dev_dir: Pat
 
 def test_tilt_ci_charts_mode_installs_the_charts_and_their_pods_run(dev_dir: Path) -> None:
     cluster = dev_cluster(repo_root(), dev_dir)
+    cluster.real_node = True
     cluster.up(3)
     result = tilt_ci(dev_dir, "--mode=charts", kubeconfig=cluster.kubeconfig)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
     assert "SUCCESS. All workloads are healthy." in output, output[-8000:]
-    # tilt ci ends in SUCCESS only once every workload's pods were Ready: its kubelet has stopped them since.
+    # tilt ci ends in SUCCESS only once every workload's pods were Ready, as containers on the real node.
     for chart in release_namespaces():
         if chart != "tollgate-crds":
             assert f"→ {chart}:deployment" in output, f"Tilt did not deploy {chart}:\n{output[-4000:]}"
@@ -58,3 +61,45 @@ def test_tilt_ci_charts_mode_installs_the_charts_and_their_pods_run(dev_dir: Pat
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     wait_for(seed_load_balancer_ready, "the seed LoadBalancer to be Ready, by the chart-installed allocator", 60)
+
+
+def test_tilt_images_mode_builds_the_images_and_live_update_runs_the_edited_code(tmp_path: Path, dev_dir: Path) -> None:
+    """Tilt builds the jobs service's dev image, imports it into the real node and deploys the chart; an edit of the
+    checkout is synced into the running container, whose service restarts and answers with the new code (the same
+    pod: a live update, not a rebuild)."""
+    checkout = copy_checkout(tmp_path / "checkout")
+    cluster = dev_cluster(repo_root(), dev_dir)
+    cluster.real_node = True
+    cluster.up(3)
+    tilt = TiltUp(dev_dir, checkout, "--mode=images", "--services=jobs", kubeconfig=cluster.kubeconfig)
+    try:
+        tilt.wait("tollgate-jobs", timeout=600)
+        (pod,) = jobs_pods(cluster)
+        assert ":tilt-" in pod["spec"]["containers"][0]["image"], "the image Tilt built"
+        metrics = f"http://{pod['status']['podIP']}:8080/metrics"
+        before = "# HELP tollgate_jobs_worker_jobs_created_total Worker Jobs created."
+        assert before in wait_for(lambda: http_text(metrics), "the jobs pod's metrics", 60, ignore=(OSError,))
+        source = checkout / "services" / "jobs" / "src" / "tollgate" / "jobs" / "metrics.py"
+        source.write_text(source.read_text().replace('"Worker Jobs created."', '"Worker Jobs created, live."'))
+        after = "# HELP tollgate_jobs_worker_jobs_created_total Worker Jobs created, live."
+        wait_for(
+            lambda: after in http_text(metrics),
+            f"the edited help text from the same pod\n{tilt.logs()[-4000:]}",
+            timeout=120,
+            interval=1,
+            ignore=(OSError,),
+        )
+        assert [p["metadata"]["uid"] for p in jobs_pods(cluster)] == [pod["metadata"]["uid"]]
+    finally:
+        tilt.stop()
+
+
+def jobs_pods(cluster: EmbeddedCluster) -> list[dict[str, Any]]:
+    selector = "app.kubernetes.io/instance=tollgate-jobs"
+    listing = cluster.kubectl("get", "pods", "-n", "tollgate-system", "-l", selector, "-o", "json").stdout
+    return [p for p in json.loads(listing)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())

@@ -25,8 +25,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -399,8 +401,40 @@ def node_images() -> list[Built]:
     return build(all_images(DEFAULT_PREFIX, DEFAULT_TAG))
 
 
+def serve_engine() -> int:
+    """A Docker engine for Tilt's images mode, until SIGTERM: the one running, else dockerd (docker_engine)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with docker_engine():
+        log.info("the Docker engine answers")
+        stop.wait()
+    return 0
+
+
+def build_into_node(socket: Path, service: str, ref: str) -> None:
+    """Tilt's custom build: the service's dev image (live update syncs into it) as `ref`, imported into the real
+    node's containerd at `socket`, with no registry in between."""
+    with docker_engine() as docker:
+        base, _ = resolve_base(docker, os.environ.get("BASE_IMAGE") or None)
+        _docker_build(docker, Image(ref, f"services/{service}/Dockerfile", (), target="dev"), base, CA_BUNDLE)
+        save = subprocess.Popen([*docker.command, "save", ref], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            ["ctr", "--address", str(socket), "--namespace", "k8s.io", "images", "import", "-"],
+            stdin=save.stdout,
+            capture_output=True,
+            text=True,
+        )
+        if save.wait() != 0 or imported.returncode != 0:
+            raise ImageBuildError(f"importing {ref} into the node ({socket}) failed: {imported.stderr.strip()}")
+    log.info("%s imported into the node", ref)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tollgate.testing.images", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", action="store_true", help="keep a Docker engine up until SIGTERM (Tilt)")
+    parser.add_argument("--into-node", type=Path, metavar="SOCKET", help="with --dev: import into this containerd")
+    parser.add_argument("--dev", metavar="SERVICE", help="build the service's dev image as $EXPECTED_REF (Tilt)")
     parser.add_argument("--prefix", default=os.environ.get("IMG_PREFIX", DEFAULT_PREFIX))
     parser.add_argument("--tag", default=os.environ.get("IMAGE_TAG", DEFAULT_TAG))
     parser.add_argument("--base-image", help="BASE_IMAGE (default: the public one, else one from Debian packages)")
@@ -408,6 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="images: %(message)s", stream=sys.stderr)
     try:
+        if args.engine:
+            return serve_engine()
+        if args.dev:
+            if args.into_node is None or "EXPECTED_REF" not in os.environ:
+                parser.error("--dev needs --into-node and $EXPECTED_REF (Tilt's custom_build sets it)")
+            build_into_node(args.into_node, args.dev, os.environ["EXPECTED_REF"])
+            return 0
         results = build(all_images(args.prefix, args.tag), args.base_image, force=args.force)
     except (ImageBuildError, ToolsMissingError) as error:
         print(f"make images: {error}", file=sys.stderr)

@@ -7,6 +7,10 @@ kube-proxy (both built from the wrapper module with the control plane), on reser
                   range is 198.18.0.0/16; KWOK's fake nodes get other /24s of it)
     Services      198.19.0.0/16 (kube-proxy, iptables mode)
 
+A load balancer's (or GWProxy's) public address reaches its Envoy container as EPIC's Multus attachment makes it
+do: the address is on the pod's own interfaces, and the host routes it to the pod (the CNI plugin
+tollgate.testing.public_address, chained after the bridge).
+
 Nothing is masqueraded and nothing is routed off the machine: forwarding is on while the node runs (a ClusterIP
 is DNATed to a pod on the bridge), and the chain TOLLGATE-NODE drops whatever would be forwarded between the
 bridge and any other interface.
@@ -28,6 +32,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +51,7 @@ NODE_NAME = "tollgate-node"
 BRIDGE = "tollgate0"
 NODE_LINK = "tollgate-node"
 NODE_IP = "192.0.2.2"
+NODES_CIDR = "192.0.2.0/24"
 POD_CIDR = "198.18.0.0/16"
 NODE_POD_CIDR = "198.18.0.0/24"
 POD_GATEWAY = "198.18.0.1"
@@ -60,6 +66,7 @@ API_SERVER_SERVICE_NAMES = (
     "kubernetes.default.svc.cluster.local",
 )
 CNI_BIN_DIR = Path("/usr/lib/cni")
+PUBLIC_ADDRESS_PLUGIN = "tollgate-public-address"
 FORWARD_CHAIN = "TOLLGATE-NODE"
 INPUT_CHAIN = "TOLLGATE-NODE-INPUT"
 REAL_NODE_LABEL = "tollgate.io/node"
@@ -341,17 +348,26 @@ class RealNode:
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": NODE_POD_CIDR, "gateway": POD_GATEWAY}]],
-                        "routes": [{"dst": POD_CIDR}, {"dst": SERVICE_CIDR}, {"dst": f"{NODE_IP}/32"}],
+                        # No default route: only the cluster's ranges and the nodes' (where the test's remote
+                        # endpoints live, on the node's link) are reachable from a pod.
+                        "routes": [{"dst": POD_CIDR}, {"dst": SERVICE_CIDR}, {"dst": NODES_CIDR}],
                         "dataDir": str(self.directory / "cni" / "ipam"),
                     },
-                }
+                },
+                {
+                    "type": PUBLIC_ADDRESS_PLUGIN,
+                    "bridge": BRIDGE,
+                    "kubectl": str(tool("kubectl")),
+                    "kubeconfig": str(self.kubeconfig),
+                },
             ],
         }
+        self._cni_bin_dir()
         (self.directory / "cni" / "net.d" / "10-tollgate.conflist").write_text(json.dumps(conflist, indent=2))
 
     def add_address(self, address: str) -> None:
-        """An address of the node's link: for KWOK's fake nodes, so that what is sent to their InternalIPs (which
-        share 192.0.2.0/24 with the real node) ends on this machine, never on a network beyond it."""
+        """An address of the node's link, in NODES_CIDR: KWOK's fake nodes' InternalIPs and the tests' simulated
+        remote client nodes, so that what is sent there ends on this machine, never on a network beyond it."""
         run("ip", "addr", "replace", f"{address}/32", "dev", NODE_LINK)
 
     def _guard_api_server(self) -> None:
@@ -366,6 +382,18 @@ class RealNode:
         run("iptables", "-A", INPUT_CHAIN, "-p", "tcp", "--dport", port, "-j", "DROP")
         if run("iptables", "-C", "INPUT", "-j", INPUT_CHAIN, check=False).returncode != 0:
             run("iptables", "-I", "INPUT", "1", "-j", INPUT_CHAIN)
+
+    def _cni_bin_dir(self) -> None:
+        """Debian's CNI plugins and the public-address plugin (tollgate.testing.public_address) in one directory."""
+        bin_dir = self.directory / "cni" / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for plugin in CNI_BIN_DIR.iterdir():
+            link = bin_dir / plugin.name
+            if not link.is_symlink():
+                link.symlink_to(plugin)
+        wrapper = bin_dir / PUBLIC_ADDRESS_PLUGIN
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m tollgate.testing.public_address\n")
+        wrapper.chmod(0o755)
 
     def _spawn(self, name: str, command: list[str]) -> None:
         with self.log_file(name).open("ab") as out:
@@ -403,7 +431,7 @@ class RealNode:
                 "  SystemdCgroup = false",
                 f'  Root = "{state}/runc"',
                 f"[{cri}.cni]",
-                f'  bin_dir = "{CNI_BIN_DIR}"',
+                f'  bin_dir = "{self.directory / "cni" / "bin"}"',
                 f'  conf_dir = "{self.directory / "cni" / "net.d"}"',
                 "",
             ]

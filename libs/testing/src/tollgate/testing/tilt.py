@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,62 @@ def tilt_ci(
     )
     (dev_dir / "tilt-ci.log").write_text(result.stdout + result.stderr)
     return result
+
+
+def copy_checkout(destination: Path) -> Path:
+    """The files git sees in this checkout (tracked, and untracked but not ignored) copied to `destination`, with
+    the checkout's .venv linked: a checkout a test may edit while Tilt watches it."""
+    root = repo_root()
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    )
+    for name in filter(None, listing.stdout.decode().split("\0")):
+        source = root / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    (destination / ".venv").symlink_to(root / ".venv")
+    return destination
+
+
+class TiltUp:
+    """`tilt up -- <tiltfile_args>` in `checkout`, in the background, on a port of its own; `wait` for a resource."""
+
+    def __init__(self, dev_dir: Path, checkout: Path, *tiltfile_args: str, kubeconfig: Path) -> None:
+        self.env = tilt_env(dev_dir, kubeconfig)
+        self.checkout = checkout
+        self.port = free_port()
+        dev_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = dev_dir / "tilt-up.log"
+        command = [str(tilt_binary()), "up", "--port", str(self.port), "--stream", "--", *tiltfile_args]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(command, cwd=checkout, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self, resource: str, timeout: float) -> None:
+        command = [str(tilt_binary()), "wait", "--port", str(self.port), "--for=condition=Ready"]
+        result = subprocess.run(
+            [*command, f"uiresource/{resource}", f"--timeout={int(timeout)}s"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{resource} not Ready: {result.stderr.strip()}\n{self.logs()[-6000:]}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def tiltfile_result(dev_dir: Path, *tiltfile_args: str) -> dict[str, Any]:
