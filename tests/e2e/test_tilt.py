@@ -41,14 +41,25 @@ def test_tilt_ci_local_mode_runs_every_resource_and_carries_traffic(dev_dir: Pat
     assert "'tcp-echo:stream from make dev'" in output, output[-8000:]
 
 
-def test_tilt_ci_charts_mode_installs_the_charts_and_their_pods_run(dev_dir: Path) -> None:
+def real_node_cluster(dev_dir: Path) -> EmbeddedCluster:
+    """The cluster of `make cluster` in `dev_dir`: with the real node."""
     cluster = dev_cluster(repo_root(), dev_dir)
     cluster.real_node = True
     cluster.up(3)
-    result = tilt_ci(dev_dir, "--mode=charts", kubeconfig=cluster.kubeconfig)
+    return cluster
+
+
+def tilt_ci_succeeds(dev_dir: Path, cluster: EmbeddedCluster, mode: str) -> str:
+    result = tilt_ci(dev_dir, f"--mode={mode}", kubeconfig=cluster.kubeconfig)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
     assert "SUCCESS. All workloads are healthy." in output, output[-8000:]
+    return output
+
+
+def test_tilt_ci_charts_mode_installs_the_charts_and_their_pods_run(dev_dir: Path) -> None:
+    cluster = real_node_cluster(dev_dir)
+    output = tilt_ci_succeeds(dev_dir, cluster, "charts")
     # tilt ci ends in SUCCESS only once every workload's pods were Ready, as containers on the real node.
     for chart in release_namespaces():
         if chart != "tollgate-crds":
@@ -63,33 +74,52 @@ def test_tilt_ci_charts_mode_installs_the_charts_and_their_pods_run(dev_dir: Pat
     wait_for(seed_load_balancer_ready, "the seed LoadBalancer to be Ready, by the chart-installed allocator", 60)
 
 
+@pytest.mark.timeout(1200)
+def test_tilt_ci_images_mode_builds_the_five_images_and_their_pods_run(dev_dir: Path) -> None:
+    cluster = real_node_cluster(dev_dir)
+    tilt_ci_succeeds(dev_dir, cluster, "images")
+    for chart in release_namespaces():
+        if chart == "tollgate-crds":
+            continue
+        namespace = release_namespaces()[chart]
+        listing = cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={chart}", "-o", "json"
+        )
+        images = {c["image"] for p in json.loads(listing.stdout)["items"] for c in p["spec"]["containers"]}
+        assert len(images) == 1 and ":tilt-" in images.pop(), f"{chart}: not the image Tilt built"
+
+
+@pytest.mark.timeout(900)
 def test_tilt_images_mode_builds_the_images_and_live_update_runs_the_edited_code(tmp_path: Path, dev_dir: Path) -> None:
     """Tilt builds the jobs service's dev image, imports it into the real node and deploys the chart; an edit of the
-    checkout is synced into the running container, whose service restarts and answers with the new code (the same
-    pod: a live update, not a rebuild)."""
+    checkout (the /healthz answer, in libs/runtime) is synced into the running container, whose service restarts and
+    answers with the new code (the same pod: a live update, not a rebuild)."""
     checkout = copy_checkout(tmp_path / "checkout")
-    cluster = dev_cluster(repo_root(), dev_dir)
-    cluster.real_node = True
-    cluster.up(3)
+    cluster = real_node_cluster(dev_dir)
     tilt = TiltUp(dev_dir, checkout, "--mode=images", "--services=jobs", kubeconfig=cluster.kubeconfig)
     try:
         tilt.wait("tollgate-jobs", timeout=600)
         (pod,) = jobs_pods(cluster)
         assert ":tilt-" in pod["spec"]["containers"][0]["image"], "the image Tilt built"
-        metrics = f"http://{pod['status']['podIP']}:8080/metrics"
-        before = "# HELP tollgate_jobs_worker_jobs_created_total Worker Jobs created."
-        assert before in wait_for(lambda: http_text(metrics), "the jobs pod's metrics", 60, ignore=(OSError,))
-        source = checkout / "services" / "jobs" / "src" / "tollgate" / "jobs" / "metrics.py"
-        source.write_text(source.read_text().replace('"Worker Jobs created."', '"Worker Jobs created, live."'))
-        after = "# HELP tollgate_jobs_worker_jobs_created_total Worker Jobs created, live."
+        healthz = f"http://{pod['status']['podIP']}:8080/healthz"
+        assert wait_for(lambda: http_text(healthz), "the jobs pod's /healthz", 60, ignore=(OSError,)) == "ok\n"
+        source = checkout / "libs" / "runtime" / "src" / "tollgate" / "runtime" / "health.py"
+        original = source.read_text()
+        edited = original.replace('web.Response(text="ok\\n")', 'web.Response(text="ok, live\\n")', 1)
+        assert edited != original
+        source.write_text(edited)
         wait_for(
-            lambda: after in http_text(metrics),
-            f"the edited help text from the same pod\n{tilt.logs()[-4000:]}",
+            lambda: http_text(healthz) == "ok, live\n",
+            f"the edited /healthz from the same pod\n{tilt.logs()[-4000:]}",
             timeout=120,
             interval=1,
             ignore=(OSError,),
         )
-        assert [p["metadata"]["uid"] for p in jobs_pods(cluster)] == [pod["metadata"]["uid"]]
+        (same,) = jobs_pods(cluster)
+        assert same["metadata"]["uid"] == pod["metadata"]["uid"]
+        # watchfiles restarted the service inside the container; the container itself never restarted.
+        assert same["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert http_text(f"http://{pod['status']['podIP']}:8080/readyz") == "ok\n"
     finally:
         tilt.stop()
 

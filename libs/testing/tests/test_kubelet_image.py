@@ -29,7 +29,7 @@ def test_stages_inherit_and_entrypoint_drops_an_inherited_cmd() -> None:
     WORKDIR /srv
     FROM base AS app
     ENV C=${A}-$B
-    ENTRYPOINT /app/.venv/bin/app --flag
+    ENTRYPOINT /app/venv/bin/app --flag
     WORKDIR data
     USER 42
     """

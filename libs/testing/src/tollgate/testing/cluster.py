@@ -232,16 +232,18 @@ class EmbeddedCluster:
         return self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0
 
     def up(self, nodes: int = 3, timeout: float = 180) -> float:
-        """Create (or restart) the cluster and its nodes; returns seconds from start to every node Ready."""
-        started = time.monotonic()
+        """Create (or restart) the cluster and its nodes; returns seconds from start to every node Ready. With the
+        real node, the images it runs are built first (make images: cached by content), outside that time."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         node_images: list[images.Built] = []
         if self.real_node:
             reason = node.unsupported_reason()
             if reason is not None:
-                raise ClusterError(f"{reason}; without it, use kind with Tilt's kind mode (docs/development.md)")
+                raise ClusterError(f"{reason}; without it, use kind with Tilt's kind mode (docs/real-node.md)")
             node_images = images.node_images()
+        started = time.monotonic()
+        if self.real_node:
             self.node().claim()
         if self.exists():
             if not self.is_ready():

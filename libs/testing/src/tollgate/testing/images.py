@@ -20,6 +20,7 @@ a BuildKit secret (id `ca`), never a layer.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import logging
@@ -244,6 +245,7 @@ def docker_engine() -> Iterator[Docker]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_terminate_with_parent,
         )
     try:
         deadline = time.monotonic() + 60
@@ -259,6 +261,13 @@ def docker_engine() -> Iterator[Docker]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies, even by SIGKILL (prctl
+    PR_SET_PDEATHSIG), so that an engine started for one build or one Tilt session never outlives it."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def base_key() -> str:
@@ -427,6 +436,8 @@ def build_into_node(socket: Path, service: str, ref: str) -> None:
         )
         if save.wait() != 0 or imported.returncode != 0:
             raise ImageBuildError(f"importing {ref} into the node ({socket}) failed: {imported.stderr.strip()}")
+        # The node holds it now (until its teardown); the build cache keeps the layers for the next build.
+        docker.run("image", "rm", ref, check=False)
     log.info("%s imported into the node", ref)
 
 

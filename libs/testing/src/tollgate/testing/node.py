@@ -96,7 +96,13 @@ HOST_DIRS = (
     "/opt/cni",
 )
 STATE_DIR = Path("/run/tollgate-node")
+# Sockets and the kubelet's root under a short path of their own (a unix socket's path has at most 107 bytes; a
+# test's temporary directory is longer): one real node per machine, so one fixed place.
+SOCKET = STATE_DIR / "containerd.sock"
+KUBELET_ROOT = STATE_DIR / "kubelet"
+CONTAINERD_STATE = STATE_DIR / "containerd"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+IMPORTED_RECORD = "tollgate-imported.json"
 OWNED_CHAIN = re.compile(r"^(KUBE-|CNI-|TOLLGATE-)")
 
 
@@ -274,9 +280,7 @@ class RealNode:
     kubeconfig: Path
     containerd_root: Path
 
-    @property
-    def socket(self) -> Path:
-        return self.directory / "containerd.sock"
+    socket = SOCKET
 
     def pid_file(self, name: str) -> Path:
         return self.directory / "pids" / f"{name}.pid"
@@ -404,7 +408,7 @@ class RealNode:
 
     def _containerd_config(self) -> str:
         cri = 'plugins."io.containerd.grpc.v1.cri"'
-        state = self.directory / "containerd-state"
+        state = CONTAINERD_STATE
         return "\n".join(
             [
                 "version = 2",
@@ -452,11 +456,11 @@ class RealNode:
 
     def _import(self, images: list[Built]) -> None:
         """Each image's tarball into containerd, unless it holds that tarball already (its key is recorded)."""
-        record = self.containerd_root / "tollgate-imported.json"
+        record = self.containerd_root / IMPORTED_RECORD
         imported: dict[str, str] = json.loads(record.read_text()) if record.exists() else {}
         present = set(self.ctr("images", "list", "--quiet").stdout.split())
         for built in images:
-            ref = _normalized(built.image.ref)
+            ref = normalized_ref(built.image.ref)
             if imported.get(ref) == built.tarball.name and ref in present:
                 continue
             began = time.monotonic()
@@ -512,7 +516,7 @@ class RealNode:
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--root-dir",
-                str(self.directory / "kubelet"),
+                str(KUBELET_ROOT),
                 "--cert-dir",
                 str(self.directory / "kubelet-pki"),
                 "--hostname-override",
@@ -602,7 +606,7 @@ class RealNode:
             teardown(self.directory, self.containerd_root)
 
 
-def _normalized(ref: str) -> str:
+def normalized_ref(ref: str) -> str:
     """A reference as containerd names it: docker.io/ for Docker Hub's, docker.io/library/ for its official images."""
     first = ref.split("/")[0]
     if "/" not in ref:
@@ -651,13 +655,14 @@ def teardown(directory: Path, containerd_root: Path) -> None:
     pids = directory / "pids"
     _stop_process(pids / "kubelet.pid")
     _stop_process(pids / "kube-proxy.pid")
-    socket = directory / "containerd.sock"
+    socket = SOCKET
     if pid_in(pids / "containerd.pid"):
         _remove_containers(socket)
+        _remove_unrecorded_images(socket, containerd_root)
     _stop_process(pids / "containerd.pid")
-    _kill_shims(directory)
+    _kill_shims()
     kill_pod_processes()
-    unmount_under(str(directory), "/var/run/netns", "/run/netns", "/var/lib/kubelet")
+    unmount_under(str(directory), str(STATE_DIR), "/var/run/netns", "/run/netns", "/var/lib/kubelet")
     for netns in Path("/var/run/netns").glob("cni-*") if Path("/var/run/netns").exists() else []:
         run("ip", "netns", "delete", netns.name, check=False)
     remove_cgroups()
@@ -674,10 +679,9 @@ def teardown(directory: Path, containerd_root: Path) -> None:
                 write_sysctl(name, value)
         for created in (d for d in HOST_DIRS if d not in state.existing_dirs):
             shutil.rmtree(created, ignore_errors=True)
-    shutil.rmtree(directory / "containerd-state", ignore_errors=True)
-    shutil.rmtree(directory / "kubelet", ignore_errors=True)
-    HostState.path.unlink(missing_ok=True)
-    OWNER.unlink(missing_ok=True)
+    shutil.rmtree(CONTAINERD_STATE, ignore_errors=True)
+    shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
+    shutil.rmtree(STATE_DIR, ignore_errors=True)
 
 
 def _tool_exists(name: str) -> bool:
@@ -701,9 +705,23 @@ def _remove_containers(socket: Path) -> None:
         run(*ctr, "containers", "delete", container, check=False)
 
 
-def _kill_shims(directory: Path) -> None:
+def _remove_unrecorded_images(socket: Path, containerd_root: Path) -> None:
+    """Images imported during the run (Tilt's builds) go with it: the root is kept between clusters, and only what
+    `make images` built and the node imported at its start (recorded) stays there."""
+    record = containerd_root / IMPORTED_RECORD
+    kept = set(json.loads(record.read_text())) if record.exists() else set()
+    ctr = ["ctr", "--address", str(socket), "--namespace", "k8s.io"]
+    listing = run(*ctr, "images", "list", check=False).stdout.splitlines()[1:]  # REF TYPE DIGEST SIZE ...
+    digest_of = {line.split()[0]: line.split()[2] for line in listing if len(line.split()) > 2}
+    kept_digests = {digest for ref, digest in digest_of.items() if ref in kept}
+    for ref, digest in digest_of.items():  # names, and the aliases the CRI adds (repo@sha256:..., sha256:<id>)
+        if digest not in kept_digests:
+            run(*ctr, "images", "remove", ref, check=False)
+
+
+def _kill_shims() -> None:
     """containerd-shim processes of this node that outlived containerd (a killed run)."""
-    needle = str(directory / "containerd.sock").encode()
+    needle = str(SOCKET).encode()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes()

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,24 @@ class TiltUp:
             self.process = subprocess.Popen(command, cwd=checkout, env=self.env, stdout=log, stderr=subprocess.STDOUT)
 
     def wait(self, resource: str, timeout: float) -> None:
+        """`tilt wait` for the resource, asked again while Tilt's API server is still starting."""
+        deadline = time.monotonic() + timeout
         command = [str(tilt_binary()), "wait", "--port", str(self.port), "--for=condition=Ready"]
-        result = subprocess.run(
-            [*command, f"uiresource/{resource}", f"--timeout={int(timeout)}s"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{resource} not Ready: {result.stderr.strip()}\n{self.logs()[-6000:]}")
+        while True:
+            left = max(int(deadline - time.monotonic()), 1)
+            result = subprocess.run(
+                [*command, f"uiresource/{resource}", f"--timeout={left}s"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode == 0:
+                return
+            starting = "No tilt apiserver found" in result.stderr or "not found" in result.stderr
+            if not starting or self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{resource} not Ready: {result.stderr.strip()}\n{self.logs()[-6000:]}")
+            time.sleep(0.5)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")

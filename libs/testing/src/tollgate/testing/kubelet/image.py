@@ -1,6 +1,6 @@
 """Images: `<prefix><service>:<tag>` is services/<service>/ of this checkout, its "image config" read from the
 last stage of services/<service>/Dockerfile (ENTRYPOINT, CMD, ENV, USER, WORKDIR), where the image's venv
-(/app/.venv) is this checkout's venv. Pure, apart from load_images."""
+(/app/venv) is this checkout's venv. Pure, apart from load_images."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Where hack/Dockerfile.in puts the venv (UV_PROJECT_ENVIRONMENT) that the image's PATH and ENTRYPOINT use.
-IMAGE_VENV = "/app/.venv"
+IMAGE_VENV = "/app/venv"
 # A base image's PATH when the Dockerfile does not say (Docker's default).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
