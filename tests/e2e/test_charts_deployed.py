@@ -68,6 +68,16 @@ class Deployment:
         pods = self.kubectl("get", "pods", "-A", "-o", "wide").stdout
         return f"{pods}\n----- kubelet -----\n{self.cluster.node().log_tail('kubelet', 40)}"
 
+    def webhook_reachable(self) -> None:
+        """Until the API server reaches the chart webhook through its Service: new webhook pods are Ready a moment
+        before kube-proxy routes the Service to them (the API server is refused until then), as on any cluster."""
+        sample = str(ROOT / "deploy" / "samples" / "clusterroutedipclass.yaml")  # cluster-scoped: needs nothing else
+        wait_for(
+            lambda: self.kubectl("apply", "--dry-run=server", "-f", sample, check=False).returncode == 0,
+            "the API server to reach the chart webhook through its Service",
+            timeout=30,
+        )
+
     def pod_log_lines(self, service: str) -> list[str]:
         """The log lines of every pod of the service's chart (kubectl logs)."""
         lines = []
@@ -113,6 +123,8 @@ def upgrade(deployment: Deployment, services: list[str], *values: str) -> None:
         )
 
     wait_for(rolled, f"the upgraded pods to replace the old ones and be Ready\n{deployment.logs()}", timeout=180)
+    if "webhook" in services:
+        deployment.webhook_reachable()
 
 
 def wait_all_ready(deployment: Deployment, timeout: float = 240) -> None:
@@ -163,6 +175,7 @@ def test_make_deploy_installs_every_chart_and_every_pod_becomes_ready(deployment
 
 
 def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(deployment: Deployment) -> None:
+    deployment.webhook_reachable()
     deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
     bad = {
         "apiVersion": "epic.acnodal.io/v1",
