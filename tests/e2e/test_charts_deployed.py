@@ -78,6 +78,17 @@ class Deployment:
             timeout=30,
         )
 
+    def admit(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`kubectl apply` through the chart webhook, tried again while the API server cannot reach the webhook's
+        Service (refused while kube-proxy catches up with a rollout, or a pod is briefly unready on a loaded
+        machine): what the webhook answers is the result, not the way to it."""
+
+        def answered() -> subprocess.CompletedProcess[str] | None:
+            result = self.kubectl("apply", *args, stdin=stdin, check=False)
+            return None if "failed calling webhook" in result.stderr else result
+
+        return wait_for(answered, "the API server to reach the chart webhook through its Service", timeout=60)
+
     def pod_log_lines(self, service: str) -> list[str]:
         """The log lines of every pod of the service's chart (kubectl logs)."""
         lines = []
@@ -176,7 +187,7 @@ def test_make_deploy_installs_every_chart_and_every_pod_becomes_ready(deployment
 
 def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(deployment: Deployment) -> None:
     deployment.webhook_reachable()
-    deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
+    assert deployment.admit("-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml")).returncode == 0
     bad = {
         "apiVersion": "epic.acnodal.io/v1",
         "kind": "LoadBalancer",
@@ -184,7 +195,7 @@ def test_chart_installed_webhook_refuses_a_bad_object_through_the_api_server(dep
         # Duplicate ports: a rule of the webhook's own (the CRD schema cannot say it), so only the webhook refuses.
         "spec": {"public-ports": [{"port": 80}, {"port": 80}], "service-group": "sample"},
     }
-    result = deployment.kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
+    result = deployment.admit("-f", "-", stdin=json.dumps(bad))
     assert result.returncode != 0
     message = "spec.public-ports[1]: duplicate port/protocol pair 80/TCP (spec.public-ports[0] has it too)"
     assert message in result.stderr
@@ -228,17 +239,18 @@ async def test_load_balancer_gets_envoy_containers_from_the_chart_allocator_that
         "public-ports": [{"port": 5060, "protocol": "UDP"}, {"port": 7070, "protocol": "TCP"}],
         "service-group": "sample",
     }
-    deployment.kubectl("apply", "-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml"))
+    assert deployment.admit("-f", str(ROOT / "deploy" / "samples" / "epic-root-account.yaml")).returncode == 0
     # The charts' default endpoint policy names the usual cluster ranges: this cluster's are set through the values.
     upgrade(deployment, ["webhook", "allocator"], f"endpointPolicy.deniedRanges={{{DENIED_RANGES}}}")
     in_pod_range = {**remote_endpoint(5060, "UDP"), "metadata": {"name": "in-pods", "namespace": "epic-root"}}
     in_pod_range["spec"] = {**in_pod_range["spec"], "address": "198.18.0.200", "node-address": "198.18.0.200"}
-    refused = deployment.kubectl("apply", "-f", "-", stdin=json.dumps(in_pod_range), check=False)
+    refused = deployment.admit("-f", "-", stdin=json.dumps(in_pod_range))
     assert refused.returncode != 0 and "spec.address" in refused.stderr, refused.stderr
     deployment.cluster.node().add_address(UPSTREAM)
     async with UDPEcho(UPSTREAM, 5060, name="udp-upstream"), TCPEcho(UPSTREAM, 7070, name="tcp-upstream"):
         objects = [lb, remote_endpoint(5060, "UDP"), remote_endpoint(7070, "TCP")]
-        deployment.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
+        applied = deployment.admit("-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
+        assert applied.returncode == 0, applied.stderr
 
         async def ready_envoy() -> dict[str, Any] | None:
             selector = "epic.acnodal.io/load-balancer=charts-lb"
