@@ -342,19 +342,20 @@ def build(
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     wanted_base = base_image or os.environ.get("BASE_IMAGE") or None
+    key_of_base = content_key(wanted_base) if wanted_base else base_key()
+    tarballs = [cache / f"{image.slug}-{image.key(key_of_base)}.tar" for image in images]
+    if not force and all(tarball.exists() for tarball in tarballs):
+        return [Built(image, tarball, False, 0.0) for image, tarball in zip(images, tarballs, strict=True)]
     results: list[Built] = []
-    with _maybe_engine(images, wanted_base, force) as engine:
-        base, key_of_base = wanted_base or "", content_key(wanted_base) if wanted_base else base_key()
-        if engine is not None:
-            base, key_of_base = resolve_base(engine, wanted_base)
-        for image in images:
+    with docker_engine() as engine:
+        base, resolved_key = resolve_base(engine, wanted_base)
+        if resolved_key != key_of_base:  # the public base, which this engine has or could pull
+            tarballs = [cache / f"{image.slug}-{image.key(resolved_key)}.tar" for image in images]
+        for image, tarball in zip(images, tarballs, strict=True):
             started = time.monotonic()
-            key = image.key(key_of_base)
-            tarball = cache / f"{image.slug}-{key}.tar"
             if tarball.exists() and not force:
                 results.append(Built(image, tarball, False, 0.0))
                 continue
-            assert engine is not None
             if image.prepare is not None:
                 image.prepare()
             _docker_build(engine, image, base, ca_bundle)
@@ -369,19 +370,6 @@ def build(
             log.info("built %s in %.1f s (%s)", image.ref, seconds, tarball.name)
             results.append(Built(image, tarball, True, seconds))
     return results
-
-
-@contextmanager
-def _maybe_engine(images: list[Image], base_image: str | None, force: bool) -> Iterator[Docker | None]:
-    """An engine only when some image is not cached under the key it would get."""
-    key_of_base = content_key(base_image) if base_image else base_key()
-    cache = cache_dir()
-    missing = force or any(not (cache / f"{i.slug}-{i.key(key_of_base)}.tar").exists() for i in images)
-    if not missing:
-        yield None
-        return
-    with docker_engine() as docker:
-        yield docker
 
 
 def _docker_build(docker: Docker, image: Image, base: str, ca_bundle: Path | None) -> None:
