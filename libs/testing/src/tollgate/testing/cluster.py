@@ -8,15 +8,18 @@ pod IP is a loopback address this machine can bind (process-backed Envoy pods li
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +55,24 @@ def dev_endpoint_policy() -> EndpointPolicy:
     return EndpointPolicy.parse(DEV_ENDPOINT_DENIED_RANGES, DEV_ENDPOINT_ALLOWED_RANGES)
 
 
-def endpoint_policy_env(service: str) -> dict[str, str]:
-    """The dev endpoint policy as the settings of `service` (tollgate.runtime.settings.EndpointPolicySettings)."""
+# The endpoint policy beside the real node: its pod and Service ranges and the node's address refused; endpoints
+# are simulated remote nodes' addresses on the node's link (REMOTE_NODE_ADDRESSES), and loopback stays refused.
+REAL_NODE_ENDPOINT_DENIED_RANGES = f"{node.POD_CIDR},{node.SERVICE_CIDR},{node.NODE_IP}/32"
+# 192.0.2.64-192.0.2.191: simulated remote client nodes beside the real node (KWOK's nodes have .10-.12), on the
+# machine; 192.0.2.192-192.0.2.254: load balancers' public addresses, which the node routes to their Envoy pods.
+REMOTE_NODE_ADDRESSES = tuple(f"192.0.2.{host}" for host in range(64, 192))
+PUBLIC_ADDRESSES = tuple(f"192.0.2.{host}" for host in range(192, 255))
+
+
+def endpoint_policy_env(service: str, real_node: bool = False) -> dict[str, str]:
+    """The endpoint policy of the dev system (or of a cluster with the real node) as the settings of `service`
+    (tollgate.runtime.settings.EndpointPolicySettings)."""
     prefix = f"TOLLGATE_{service.upper()}_"
+    if real_node:
+        return {
+            f"{prefix}ENDPOINT_DENIED_RANGES": REAL_NODE_ENDPOINT_DENIED_RANGES,
+            f"{prefix}ENDPOINT_ALLOWED_RANGES": "",
+        }
     return {
         f"{prefix}ENDPOINT_DENIED_RANGES": DEV_ENDPOINT_DENIED_RANGES,
         f"{prefix}ENDPOINT_ALLOWED_RANGES": DEV_ENDPOINT_ALLOWED_RANGES,
@@ -187,6 +205,8 @@ class EmbeddedCluster:
     kubeconfig: Path
     disable_qps_limits: bool = False
     real_node: bool = False
+    _remote_addresses: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
+    _public_addresses: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
@@ -291,6 +311,29 @@ class EmbeddedCluster:
     def node(self) -> node.RealNode:
         """The real node of this cluster (tollgate.testing.node), whether it runs or not."""
         return node.RealNode(self.workdir / "node", self.pki_dir(), self.kubeconfig, images.cache_dir() / "containerd")
+
+    @property
+    def host_address(self) -> str:
+        """Where pods reach a server the tests run on this machine (an xDS server, a DNS server): the real node's
+        pod gateway, or loopback when pods are host processes."""
+        return node.POD_GATEWAY if self.real_node else "127.0.0.1"
+
+    def remote_address(self) -> str:
+        """An address of a simulated remote node (a client's endpoint, a node that is not in this cluster), put on
+        this machine: one of REMOTE_NODE_ADDRESSES on the real node's link, in turn, or one in REMOTE_CIDR."""
+        if not self.real_node:
+            return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
+        address = REMOTE_NODE_ADDRESSES[next(self._remote_addresses) % len(REMOTE_NODE_ADDRESSES)]
+        self.node().add_address(address)
+        return address
+
+    def public_address(self) -> str:
+        """An address for a load balancer's `public-address`: beside the real node one of PUBLIC_ADDRESSES, in turn,
+        which its CNI plugin routes to the Envoy pod (tollgate.testing.public_address); else one in REMOTE_CIDR,
+        where Envoy process pods listen."""
+        if not self.real_node:
+            return self.remote_address()
+        return PUBLIC_ADDRESSES[next(self._public_addresses) % len(PUBLIC_ADDRESSES)]
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

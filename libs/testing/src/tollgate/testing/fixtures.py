@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from tollgate.runtime.kube import api_client
-from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.cluster import EmbeddedCluster, endpoint_policy_env
 from tollgate.testing.faultproxy import FaultProxy, proxied_kubeconfig
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
@@ -48,11 +48,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         reused.install_crds()
         yield reused
         return
-    workdir = tmp_path_factory.mktemp("kwok")
-    embedded = EmbeddedCluster(f"tollgate-test-{os.getpid()}", workdir, workdir / "kubeconfig")
+    yield from embedded_cluster(tmp_path_factory.mktemp("kwok"), f"tollgate-test-{os.getpid()}")
+
+
+def embedded_cluster(workdir: Path, name: str, real_node: bool = False) -> Iterator[EmbeddedCluster]:
+    """A cluster of NODES KWOK nodes (and the real node), CRDs installed, for a fixture to yield; deleted after."""
+    embedded = EmbeddedCluster(name, workdir, workdir / "kubeconfig", real_node=real_node)
     try:
         seconds = embedded.up(NODES)
-        print(f"\nembedded cluster ready in {seconds:.1f} s ({NODES} nodes)")
+        print(f"\nembedded cluster ready in {seconds:.1f} s ({NODES} nodes{', the real node' if real_node else ''})")
         embedded.install_crds()
         yield embedded
     finally:
@@ -111,6 +115,8 @@ class ServiceLauncher:
         kubeconfig = service_account_kubeconfig(self.cluster, name, self.workdir) if rbac else self.cluster.kubeconfig
         if via is not None:
             kubeconfig = proxied_kubeconfig(kubeconfig, via, self.workdir / f"{name}-via-{via.port}.kubeconfig")
+        # The cluster's endpoint policy unless the test sets its own.
+        kwargs["env"] = {**endpoint_policy_env(name, self.cluster.real_node), **kwargs.get("env", {})}
         service = ServiceProcess(name, kubeconfig, self.workdir / "logs", **kwargs)
         self.started.append(service)
         return service.start().wait_ready()

@@ -577,6 +577,16 @@ class RealNode:
 
         self._wait("kubelet", ready, timeout)
 
+    def container_pid(self, container_id: str) -> int:
+        """The host PID of the main process of a container, from its ID as a pod's status gives it
+        (containerd://<id>)."""
+        task = container_id.removeprefix("containerd://")
+        for line in self.ctr("task", "ls").stdout.splitlines()[1:]:
+            fields = line.split()
+            if fields[0] == task and fields[2] == "RUNNING":
+                return int(fields[1])
+        raise NodeError(f"container {task} has no running task on the node")
+
     def log_tail(self, name: str, lines: int = 15) -> str:
         path = self.log_file(name)
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"

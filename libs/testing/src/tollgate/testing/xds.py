@@ -3,9 +3,13 @@ a test reads back (VirtualService conditions, Envoy's admin API)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import subprocess
+import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +18,8 @@ import yaml
 from kubernetes import client
 
 from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.runtime.kube import api_client
+from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
 from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -33,6 +39,7 @@ def spare_loopback() -> str:
 @dataclass
 class Xds:
     process: ServiceProcess
+    grpc_host: str
     grpc_port: int
     api_port: int
 
@@ -45,10 +52,11 @@ class Xds:
             return str(response.read().decode())
 
 
-def xds_settings() -> dict[str, str]:
-    """The service's settings for a test: loopback ports of its own, status written every 200 ms."""
+def xds_settings(grpc_host: str = "127.0.0.1") -> dict[str, str]:
+    """The service's settings for a test: ports of its own, status written every 200 ms; Envoys connect to
+    `grpc_host` (the cluster's host_address), the test reads the debug API on loopback."""
     return {
-        "TOLLGATE_XDS_GRPC_HOST": "127.0.0.1",
+        "TOLLGATE_XDS_GRPC_HOST": grpc_host,
         "TOLLGATE_XDS_GRPC_PORT": str(free_port()),
         "TOLLGATE_XDS_API_HOST": "127.0.0.1",
         "TOLLGATE_XDS_API_PORT": str(free_port()),
@@ -58,12 +66,16 @@ def xds_settings() -> dict[str, str]:
 
 def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
     process = run_service("xds", rbac=True, env=env)
-    return Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+    return Xds(
+        process, env["TOLLGATE_XDS_GRPC_HOST"], int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"])
+    )
 
 
 def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
-    """An Envoy pod (run by tollgate.testing.supervisor) whose bootstrap points at `xds` over ADS."""
-    bootstrap = yaml.safe_dump(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=delta))
+    """An Envoy pod whose bootstrap points at `xds` over ADS, with its admin API on the pod's address (port
+    ADMIN_PORT) for the test to read."""
+    admin = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
+    bootstrap = yaml.safe_dump({**ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=delta), "admin": admin})
     core.create_namespaced_config_map(
         namespace,
         client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-bootstrap"), data={"envoy.yaml": bootstrap}),
@@ -81,7 +93,14 @@ def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, label
                 {
                     "name": "envoy",
                     "image": ENVOY_IMAGE,
-                    "args": ["-c", "/etc/envoy/envoy.yaml", "--service-node", "$(POD_NAME).$(POD_NAMESPACE)"],
+                    "args": [
+                        "-c",
+                        "/etc/envoy/envoy.yaml",
+                        "--service-node",
+                        "$(POD_NAME).$(POD_NAMESPACE)",
+                        "--service-cluster",
+                        "$(POD_NAMESPACE)",
+                    ],
                     "env": env,
                     "volumeMounts": [{"name": "bootstrap", "mountPath": "/etc/envoy"}],
                 }
@@ -103,6 +122,75 @@ async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple
         return None
 
     return await eventually(probe, f"the Envoy of pod {namespace}/{name} to be live", timeout=60)
+
+
+async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
+    """The pod IP and container ID of the Envoy container of pod namespace/name once it runs and its pod is Ready
+    (a new container ID after a restart)."""
+
+    async def probe() -> tuple[str, str] | None:
+        status = core.read_namespaced_pod(name, namespace).status
+        if status is None or not status.pod_ip:
+            return None
+        ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+        envoy = next((c for c in status.container_statuses or [] if c.name == "envoy"), None)
+        if ready and envoy is not None and envoy.state is not None and envoy.state.running is not None:
+            return str(status.pod_ip), str(envoy.container_id)
+        return None
+
+    return await eventually(probe, f"the Envoy container of pod {namespace}/{name} to run", timeout=60)
+
+
+async def kwok_pod(cluster: EmbeddedCluster, namespace: str, name: str, labels: dict[str, str]) -> str:
+    """A pod with `labels` on one of KWOK's nodes (a worker elsewhere, whose process the test plays); its IP once
+    it is Ready, put on this machine when the cluster has the real node (so that the test can serve it there)."""
+    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    spec = client.V1PodSpec(
+        containers=[client.V1Container(name="echo", image="echo:latest")],
+        node_selector={"type": "kwok"},
+        tolerations=[client.V1Toleration(key=KWOK_MANAGED, operator="Exists", effect="NoSchedule")],
+    )
+    core.create_namespaced_pod(
+        namespace, client.V1Pod(metadata=client.V1ObjectMeta(name=name, labels=labels), spec=spec)
+    )
+
+    async def ready() -> str | None:
+        status = core.read_namespaced_pod(name, namespace).status
+        if status is None or not status.pod_ip:
+            return None
+        return (
+            str(status.pod_ip)
+            if any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+            else None
+        )
+
+    ip = await eventually(ready, f"pod {name} to be Ready", timeout=30)
+    if cluster.real_node:
+        cluster.node().add_address(ip)
+    return ip
+
+
+@contextlib.contextmanager
+def port_taken(cluster: EmbeddedCluster, container_id: str, port: int) -> Iterator[None]:
+    """UDP `port` bound, without SO_REUSEPORT, in the network namespace of the pod of a running container: a port
+    another process of the pod holds, which Envoy cannot bind its listener to."""
+    pid = cluster.node().container_pid(container_id)
+    code = (
+        "import socket, sys\n"
+        f"s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', {port}))\n"
+        "print('bound', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "bound\n", f"port {port} not taken"
+        yield
+    finally:
+        holder.communicate(timeout=10)
 
 
 async def admin(ip: str, path: str) -> Any:

@@ -1,8 +1,8 @@
-"""tollgate-xds end to end: the real service, the embedded cluster and real Envoy processes in Envoy pods.
+"""tollgate-xds end to end: the real service, the embedded cluster and Envoy containers on its real node.
 
-Worker pods are KWOK pods; their "process" is an echo server this test binds to the pod's IP. The seed's
-address endpoint `tcp-echo.default.svc` is resolved by a small DNS server this test runs, which the xds
-service hands to Envoy through TOLLGATE_XDS_DNS_RESOLVERS.
+Worker pods are pods on KWOK's nodes; their "process" is an echo server this test binds to the pod's IP (put on
+this machine). The seed's address endpoint `tcp-echo.default.svc` is resolved by a small DNS server this test runs
+where pods reach the host, which the xds service hands to Envoy through TOLLGATE_XDS_DNS_RESOLVERS.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import TCPEcho, TCPListener, UDPEcho, tcp_request, udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import eventually
 from tollgate.testing.xds import (
@@ -37,8 +37,9 @@ from tollgate.testing.xds import (
     condition,
     envoy_pod,
     events,
-    live_envoy,
-    spare_loopback,
+    kwok_pod,
+    port_taken,
+    running_envoy,
     start_xds,
     stats,
     udp_virtual_service,
@@ -84,13 +85,13 @@ class _DNS(asyncio.DatagramProtocol):
 
 
 @contextlib.asynccontextmanager
-async def dns_server(records: dict[str, str]) -> AsyncIterator[str]:
+async def dns_server(host: str, records: dict[str, str]) -> AsyncIterator[str]:
     port = free_port(udp=True)
     transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
-        lambda: _DNS(records), local_addr=("127.0.0.1", port)
+        lambda: _DNS(records), local_addr=(host, port)
     )
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"{host}:{port}"
     finally:
         transport.close()
 
@@ -99,29 +100,11 @@ async def dns_server(records: dict[str, str]) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def xds_env() -> dict[str, str]:
-    return xds_settings()
+def xds_env(cluster: EmbeddedCluster) -> dict[str, str]:
+    return xds_settings(cluster.host_address)
 
 
-# --- pods and Envoys ---------------------------------------------------------------------------------------------
-
-
-async def worker_pod(core: client.CoreV1Api, namespace: str, name: str, labels: dict[str, str]) -> str:
-    """A KWOK pod with `labels`; its IP once it is Ready."""
-    core.create_namespaced_pod(
-        namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name, labels=labels),
-            spec=client.V1PodSpec(containers=[client.V1Container(name="echo", image="echo:latest")]),
-        ),
-    )
-
-    async def ready() -> str | None:
-        pod = core.read_namespaced_pod(name, namespace)
-        conditions = {c.type: c.status for c in pod.status.conditions or []}
-        return str(pod.status.pod_ip) if conditions.get("Ready") == "True" and pod.status.pod_ip else None
-
-    return await eventually(ready, f"pod {name} to be Ready", timeout=30)
+# --- VirtualServices ---------------------------------------------------------------------------------------------
 
 
 def edit_vs(custom: client.CustomObjectsApi, namespace: str, name: str, edit: Any) -> None:
@@ -138,22 +121,22 @@ async def test_seed_virtual_service_forwards_udp_by_hash_key_health_and_edits(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
-    address = spare_loopback()
-    async with dns_server({SEED_ADDRESS: address}) as resolver:
+    address = cluster.remote_address()
+    async with dns_server(cluster.host_address, {SEED_ADDRESS: address}) as resolver:
         xds = start_xds(run_service, {**xds_env, "TOLLGATE_XDS_DNS_RESOLVERS": resolver})
         seed = yaml.safe_load((SAMPLES / "seed-virtualservice.yaml").read_text())
         apply_vs(custom, namespace, seed)
-        ips = {name: await worker_pod(core, namespace, name, {"app": "worker"}) for name in ("worker-0", "worker-1")}
+        ips = {name: await kwok_pod(cluster, namespace, name, {"app": "worker"}) for name in ("worker-0", "worker-1")}
         ips["address"] = address
         async with contextlib.AsyncExitStack() as stack:
             echoes = {n: await stack.enter_async_context(UDPEcho(ip, 1234, name=n)) for n, ip in ips.items()}
             checks = {n: await stack.enter_async_context(TCPListener(ip, 1233)) for n, ip in ips.items()}
 
             envoy_pod(core, namespace, "ingress", xds, {"app": "ingress"}, delta=False)
-            envoy_ip, pid = await live_envoy(core, namespace, "ingress")
+            envoy_ip, container = await running_envoy(core, namespace, "ingress")
             first = await eventually(
                 lambda: answer(envoy_ip, 2001),
                 "a UDP reply through Envoy on port 2001",
@@ -209,7 +192,7 @@ async def test_seed_virtual_service_forwards_udp_by_hash_key_health_and_edits(
             assert echoes["address"].received == received, "the removed endpoint gets nothing"
             with pytest.raises((TimeoutError, ConnectionError)):
                 await udp_request(envoy_ip, 2001, b"old port", timeout=0.5)
-            assert await live_envoy(core, namespace, "ingress") == (envoy_ip, pid), "Envoy was not restarted"
+            assert await running_envoy(core, namespace, "ingress") == (envoy_ip, container), "Envoy was not restarted"
             await condition(custom, namespace, "ingress-callid", "Programmed", "Programmed")
             assert events(core, namespace, "ingress-callid", "Programmed")
 
@@ -219,15 +202,15 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
     xds = start_xds(run_service, xds_env)
     apply_vs(custom, namespace, yaml.safe_load((SAMPLES / "virtualservice-tcp-eds.yaml").read_text()))
-    first_ip = await worker_pod(core, namespace, "tcp-echo-0", {"app": "tcp-echo"})
+    first_ip = await kwok_pod(cluster, namespace, "tcp-echo-0", {"app": "tcp-echo"})
     async with TCPEcho(first_ip, 7000, name="tcp-echo-0"):
         envoy_pod(core, namespace, "ingress", xds, {"app": "ingress"}, delta=True)
-        envoy_ip, pid = await live_envoy(core, namespace, "ingress")
+        envoy_ip, container = await running_envoy(core, namespace, "ingress")
         reply = await eventually(
             lambda: tcp_request(envoy_ip, 2002, b"hello"),
             "a TCP echo through Envoy",
@@ -252,7 +235,7 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
         assert dump["clusters"][0]["type"] == "EDS"
         before = await stats(envoy_ip)
 
-        second_ip = await worker_pod(core, namespace, "tcp-echo-1", {"app": "tcp-echo"})
+        second_ip = await kwok_pod(cluster, namespace, "tcp-echo-1", {"app": "tcp-echo"})
         async with TCPEcho(second_ip, 7000, name="tcp-echo-1"):
 
             async def both() -> bool:
@@ -299,7 +282,7 @@ async def test_tcp_eds_follows_pods_and_survives_an_xds_restart(
             await eventually(
                 only_second, "the deleted pod to leave the endpoints", timeout=30, ignore=(ConnectionError,)
             )
-        assert await live_envoy(core, namespace, "ingress") == (envoy_ip, pid)
+        assert await running_envoy(core, namespace, "ingress") == (envoy_ip, container)
 
 
 async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_reported(
@@ -307,15 +290,15 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
     xds = start_xds(run_service, xds_env)
-    target = spare_loopback()
+    target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
         apply_vs(custom, namespace, udp_virtual_service("first", "edge-l", 3001, "edge-c", target))
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
-        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        envoy_ip, container = await running_envoy(core, namespace, "edge")
         await eventually(
             lambda: answer(envoy_ip, 3001),
             "Envoy to forward on 3001",
@@ -324,8 +307,7 @@ async def test_rejected_config_keeps_the_last_good_one_and_collisions_are_report
         )
         await condition(custom, namespace, "first", "Programmed", "Programmed")
 
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
-            squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+        with port_taken(cluster, container, 3002):
             edit_vs(custom, namespace, "first", lambda spec: spec["listeners"][0]["udp"].update(port=3002))
             rejected = await condition(custom, namespace, "first", "Programmed", "Rejected")
             message = next(c for c in rejected["status"]["conditions"] if c["type"] == "Programmed")["message"]
@@ -368,7 +350,7 @@ async def test_the_same_names_in_two_namespaces_each_reach_their_own_envoy(
     namespace: str,
     other_namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
     """Two tenants use the same VirtualService, listener, cluster and endpoint names and the same port: each
@@ -377,12 +359,12 @@ async def test_the_same_names_in_two_namespaces_each_reach_their_own_envoy(
     tenants = (namespace, other_namespace)
     async with contextlib.AsyncExitStack() as stack:
         for tenant in tenants:
-            target = spare_loopback()
+            target = cluster.remote_address()
             await stack.enter_async_context(UDPEcho(target, 1234, name=tenant))
             apply_vs(custom, tenant, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
             envoy_pod(core, tenant, "edge", xds, {"app": "edge"}, delta=True)
         for tenant in tenants:
-            envoy_ip, _ = await live_envoy(core, tenant, "edge")
+            envoy_ip, _ = await running_envoy(core, tenant, "edge")
             replier = await eventually(
                 partial(answer, envoy_ip, 3001),
                 f"the Envoy of {tenant} to forward on 3001",
@@ -434,13 +416,13 @@ async def test_each_public_port_of_a_load_balancer_reaches_only_its_target_port(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
     """8000 -> 8080, 8443 -> the endpoint port named https, 5300/UDP -> 5353: two TCP and one UDP port, and
     backends on all three of each other's ports, so that a mixed-up listener would be seen answering."""
     xds = start_xds(run_service, xds_env)
-    a, b = spare_loopback(), spare_loopback()
+    a, b = cluster.remote_address(), cluster.remote_address()
     backends: list[TCPEcho | UDPEcho] = [TCPEcho(host, 8080, name=f"http@{host}") for host in (a, b)]
     backends += [TCPEcho(a, 8444, name="https"), UDPEcho(a, 5353, name="dns"), TCPEcho(b, 5353, name="tcp-5353")]
     async with contextlib.AsyncExitStack() as stack:
@@ -473,7 +455,7 @@ async def test_each_public_port_of_a_load_balancer_reaches_only_its_target_port(
             accept_endpoint(custom, namespace, name, tunnel_id)
         labels = {"epic.acnodal.io/load-balancer": "multi", "epic.acnodal.io/account": "root"}
         envoy_pod(core, namespace, "multi-proxy", xds, labels, delta=True)
-        proxy_ip, _ = await live_envoy(core, namespace, "multi-proxy")
+        proxy_ip, _ = await running_envoy(core, namespace, "multi-proxy")
 
         async def tcp_answers(port: int) -> set[str]:
             replies = [await tcp_request(proxy_ip, port, b"x") for _ in range(12)]
@@ -505,16 +487,16 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
     xds_env: dict[str, str],
 ) -> None:
     xds = start_xds(run_service, xds_env)
-    upstream = spare_loopback()
+    upstream = cluster.remote_address()
     async with TCPEcho(upstream, 8080, name="upstream"), UDPEcho(upstream, 5060, name="udp-upstream"):
         lb = copy.deepcopy(yaml.safe_load((SAMPLES / "seed-loadbalancer.yaml").read_text()))
         lb["metadata"] = {"name": "sample-acnodal"}
         lb["spec"]["public-ports"].append({"port": 5060, "protocol": "UDP"})
-        public = lb["spec"]["public-address"] = spare_loopback()  # the seed's 192.168.77.2 is not on this machine
+        public = lb["spec"]["public-address"] = cluster.public_address()  # the seed's 192.168.77.2: not routed here
         del lb["status"]
         custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "loadbalancers", lb)
         for protocol, port in (("TCP", 8080), ("UDP", 5060)):
@@ -543,7 +525,7 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
             {"epic.acnodal.io/load-balancer": "sample-acnodal", "epic.acnodal.io/account": "root"},
             delta=True,
         )
-        proxy_ip, _ = await live_envoy(core, namespace, "lb-proxy")
+        proxy_ip, _ = await running_envoy(core, namespace, "lb-proxy")
         await eventually(lambda: admin(proxy_ip, "/listeners?format=json"), "listeners on the proxy", ignore=(OSError,))
 
         async def no_endpoints() -> bool:
