@@ -141,12 +141,18 @@ async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tu
     return await eventually(probe, f"the Envoy container of pod {namespace}/{name} to run", timeout=60)
 
 
-async def kwok_pod(cluster: EmbeddedCluster, namespace: str, name: str, labels: dict[str, str]) -> str:
-    """A pod with `labels` on one of KWOK's nodes (a worker elsewhere, whose process the test plays); its IP once
-    it is Ready, put on this machine when the cluster has the real node (so that the test can serve it there)."""
+async def kwok_pod(
+    cluster: EmbeddedCluster, namespace: str, name: str, labels: dict[str, str], ports: dict[str, int] | None = None
+) -> str:
+    """A pod with `labels` (and its container's named `ports`) on one of KWOK's nodes: a process elsewhere, which
+    the test plays; its IP once it is Ready, put on this machine when the cluster has the real node (so that the test
+    can serve it there)."""
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    container_ports = [
+        client.V1ContainerPort(name=port_name, container_port=port) for port_name, port in (ports or {}).items()
+    ]
     spec = client.V1PodSpec(
-        containers=[client.V1Container(name="echo", image="echo:latest")],
+        containers=[client.V1Container(name="process", image="process:latest", ports=container_ports)],
         node_selector={"type": "kwok"},
         tolerations=[client.V1Toleration(key=KWOK_MANAGED, operator="Exists", effect="NoSchedule")],
     )

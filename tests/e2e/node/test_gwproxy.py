@@ -1,4 +1,4 @@
-"""A GWProxy end to end: the xds service, a real Envoy in a pod with the GWProxy's labels, GWRoutes and
+"""A GWProxy end to end: the xds service, an Envoy container in a pod with the GWProxy's labels, GWRoutes and
 GWEndpointSlices as a Gateway API user writes them, and real HTTP servers as backends.
 
 The HTTP requests go through the Envoy: by hostname, by path, and split by weight between two backends.
@@ -15,11 +15,11 @@ import pytest
 from kubernetes import client
 
 from tollgate.models.epic import ACCOUNT_LABEL, GWPROXY_LABEL, LOAD_BALANCER_LABEL
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import HTTPEcho
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import admin, envoy_pod, live_envoy, spare_loopback, start_xds, xds_settings
+from tollgate.testing.xds import admin, envoy_pod, running_envoy, start_xds, xds_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -57,10 +57,12 @@ async def test_a_gateway_proxy_routes_http_by_host_path_and_weight(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
 ) -> None:
-    xds = start_xds(run_service, xds_settings())
-    backends = {name: HTTPEcho(spare_loopback(), BACKEND_PORT, name=name) for name in ("alpha", "beta", "gamma")}
+    xds = start_xds(run_service, xds_settings(cluster.host_address))
+    backends = {
+        name: HTTPEcho(cluster.remote_address(), BACKEND_PORT, name=name) for name in ("alpha", "beta", "gamma")
+    }
     async with contextlib.AsyncExitStack() as stack:
         for server in backends.values():
             await stack.enter_async_context(server)
@@ -93,8 +95,8 @@ async def test_a_gateway_proxy_routes_http_by_host_path_and_weight(
         create(custom, namespace, "loadbalancers", "LoadBalancer", "edge", lb)
         envoy_pod(core, namespace, "edge-gw", xds, {GWPROXY_LABEL: "edge", ACCOUNT_LABEL: "root"}, delta=True)
         envoy_pod(core, namespace, "edge-lb", xds, {LOAD_BALANCER_LABEL: "edge", ACCOUNT_LABEL: "root"}, delta=True)
-        gw_ip, _ = await live_envoy(core, namespace, "edge-gw")
-        lb_ip, _ = await live_envoy(core, namespace, "edge-lb")
+        gw_ip, _ = await running_envoy(core, namespace, "edge-gw")
+        lb_ip, _ = await running_envoy(core, namespace, "edge-lb")
 
         async with aiohttp.ClientSession(base_url=f"http://{gw_ip}:{LISTENER_PORT}") as session:
 

@@ -1,9 +1,7 @@
 """`epicctl proxy-status` and `proxy-config` against the running system: the xds service with its debug API behind
-TLS and token auth, a real Envoy pod, and epicctl run as a user runs it.
-
-The embedded cluster's API server refuses to proxy to pod IPs in 127.0.0.0/8 ("address not allowed": its pods
-proxy never dials loopback addresses), so here epicctl reaches the debug API with --xds-url; the token it sends is
-minted and reviewed exactly as through the pods proxy.
+TLS and token auth, an Envoy container on the real node, and epicctl run as a user runs it: with --xds-url, and
+without it, through the API server's pods proxy to the xds pod's debug port (the pod is on one of KWOK's nodes, and
+its xds is a process of this test serving at the pod's IP).
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import asyncio
 import contextlib
 import io
 import json
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -31,7 +28,6 @@ from tollgate.testing.agents import certificates
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import (
     GROUP,
@@ -41,14 +37,17 @@ from tollgate.testing.xds import (
     answer,
     apply_vs,
     envoy_pod,
-    live_envoy,
-    spare_loopback,
+    kwok_pod,
+    port_taken,
+    running_envoy,
     start_xds,
     udp_virtual_service,
     xds_settings,
 )
 
 pytestmark = pytest.mark.e2e
+
+DEBUG_PORT = 8081  # the xds chart's debug port
 
 
 @pytest.fixture
@@ -85,12 +84,26 @@ def epicctl(cluster: EmbeddedCluster, *args: str) -> Run:
     return Run(code, out.getvalue(), err.getvalue())
 
 
-def guarded_xds(run_service: ServiceFactory, tmp_path: Path) -> tuple[Xds, str, Path]:
-    """xds with its debug API as the chart publishes it (TLS, token auth); the API's URL and the CA to trust."""
+def guarded_xds(
+    cluster: EmbeddedCluster,
+    run_service: ServiceFactory,
+    tmp_path: Path,
+    api_host: str = "127.0.0.1",
+    api_port: int = 0,
+) -> tuple[Xds, str, Path]:
+    """xds with its debug API as the chart publishes it (TLS, token auth), at api_host (and api_port, when given);
+    the API's URL and the CA to trust."""
     ca_file = certificates(tmp_path / "tls")
-    env = {**xds_settings(), "TOLLGATE_XDS_API_AUTH": "true", "TOLLGATE_XDS_API_CERT_DIR": str(tmp_path / "tls")}
+    env = {
+        **xds_settings(cluster.host_address),
+        "TOLLGATE_XDS_API_AUTH": "true",
+        "TOLLGATE_XDS_API_CERT_DIR": str(tmp_path / "tls"),
+        "TOLLGATE_XDS_API_HOST": api_host,
+    }
+    if api_port:
+        env["TOLLGATE_XDS_API_PORT"] = str(api_port)
     xds = start_xds(run_service, env)
-    return xds, f"https://127.0.0.1:{xds.api_port}", ca_file
+    return xds, f"https://{api_host}:{xds.api_port}", ca_file
 
 
 def get(url: str, ca_file: Path, headers: dict[str, str]) -> tuple[int, Any]:
@@ -109,10 +122,9 @@ async def test_proxy_status_shows_an_envoy_synced_then_nacked_with_envoys_error_
     namespace: str,
     debug_reader: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
     tmp_path: Path,
 ) -> None:
-    xds, url, ca_file = guarded_xds(run_service, tmp_path)
+    xds, url, ca_file = guarded_xds(cluster, run_service, tmp_path)
     where = ["--xds-url", url, "--ca-file", str(ca_file), "--xds-namespace", debug_reader]
     node = f"edge.{namespace}"
 
@@ -133,11 +145,11 @@ async def test_proxy_status_shows_an_envoy_synced_then_nacked_with_envoys_error_
 
         return await eventually(lambda: asyncio.to_thread(probe), f"proxy-status to show the listeners {state}")
 
-    target = spare_loopback()
+    target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
         apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
-        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        envoy_ip, container = await running_envoy(core, namespace, "edge")
         await eventually(lambda: answer(envoy_ip, 3001), "the Envoy to forward on 3001", ignore=(TimeoutError, OSError))
 
         synced = await listeners_become("SYNCED")
@@ -152,8 +164,7 @@ async def test_proxy_status_shows_an_envoy_synced_then_nacked_with_envoys_error_
         assert row.split()[:3] == [node, "VirtualService", f"{namespace}/edge"]
         assert row.split()[3:6] == ["SYNCED", "SYNCED", "NOT"]
 
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
-            squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+        with port_taken(cluster, container, 3002):
             apply_vs(custom, namespace, udp_virtual_service("bad", "bad-l", 3002, "bad-c", target))
             nacked = await listeners_become("NACKED")
             error = nacked["types"]["listeners"]["error"]
@@ -171,7 +182,7 @@ async def test_proxy_status_shows_an_envoy_synced_then_nacked_with_envoys_error_
         listeners = epicctl(cluster, "proxy-config", node, "listeners", *where)
         assert listeners.returncode == Exit.OK, listeners.stderr
         lines = {line.split()[0]: line.split() for line in listeners.stdout.splitlines()[1:]}
-        assert lines[f"{namespace}/bad/bad-l"][1:4] == [envoy_ip, "3004", "UDP"]
+        assert lines[f"{namespace}/bad/bad-l"][1:4] == ["0.0.0.0", "3004", "UDP"]
         assert lines[f"{namespace}/edge/edge-l"][4] == f"{namespace}/edge/edge-c"
         as_json = json.loads(epicctl(cluster, "proxy-config", node, "listeners", *where, "-o", "json").stdout)
         bad = next(r for r in as_json if r["name"] == f"{namespace}/bad/bad-l")
@@ -190,7 +201,7 @@ def test_the_debug_api_refuses_requests_without_a_token_or_without_the_permissio
     run_service: ServiceFactory,
     tmp_path: Path,
 ) -> None:
-    _, base, ca_file = guarded_xds(run_service, tmp_path)
+    _, base, ca_file = guarded_xds(cluster, run_service, tmp_path)
     url = f"{base}/debug/envoys"
     status, body = wait_for(lambda: get(url, ca_file, {}), "the debug API over TLS", timeout=30, ignore=(OSError,))
     assert status == 401
@@ -216,23 +227,35 @@ def test_the_debug_api_refuses_requests_without_a_token_or_without_the_permissio
 
 
 async def test_without_xds_url_each_xds_pod_is_asked_through_the_api_servers_pods_proxy(
-    cluster: EmbeddedCluster, core: client.CoreV1Api, namespace: str, debug_reader: str
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    debug_reader: str,
+    run_service: ServiceFactory,
+    tmp_path: Path,
 ) -> None:
-    """epicctl finds the xds pods, mints the debug token and asks the API server to proxy to each pod's debug port.
-    This API server refuses to dial the pod's loopback IP, and epicctl says so, naming the replica (exit 5)."""
+    """epicctl finds the xds pods, mints the debug token and asks the API server to proxy to each pod's debug port,
+    whose TLS and token check answer as through --xds-url."""
     none = epicctl(cluster, "proxy-status", "--xds-namespace", namespace)
     assert none.returncode == Exit.NOT_FOUND, none.stderr
     assert f"no running tollgate-xds pod in namespace {namespace}" in none.stderr
 
-    container = {"name": "tollgate-xds", "image": "x", "ports": [{"name": "debug", "containerPort": 8081}]}
-    pod = {"metadata": {"name": "xds-0", "labels": {"app.kubernetes.io/name": "tollgate-xds"}},
-           "spec": {"containers": [container]}}  # fmt: skip
-    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
-    await eventually(
-        lambda: asyncio.to_thread(lambda: core.read_namespaced_pod("xds-0", namespace).status.phase == "Running"),
-        "the xds pod to run",
-    )
-    refused = await asyncio.to_thread(epicctl, cluster, "proxy-status", "--xds-namespace", namespace)
-    assert refused.returncode == Exit.UNREACHABLE, refused.stderr
-    assert refused.stderr.startswith(f"epicctl: xds {namespace}/xds-0: unreachable through the API server (400)")
-    assert "address not allowed" in refused.stderr
+    labels = {"app.kubernetes.io/name": "tollgate-xds"}
+    pod_ip = await kwok_pod(cluster, namespace, "xds-0", labels, ports={"debug": DEBUG_PORT})
+    xds, _, _ = guarded_xds(cluster, run_service, tmp_path, api_host=pod_ip, api_port=DEBUG_PORT)
+    target = cluster.remote_address()
+    async with UDPEcho(target, 1234, name="echo"):
+        apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
+        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
+        envoy_ip, _ = await running_envoy(core, namespace, "edge")
+        await eventually(lambda: answer(envoy_ip, 3001), "the Envoy to forward on 3001", ignore=(TimeoutError, OSError))
+
+    def synced() -> Run | None:
+        result = epicctl(cluster, "proxy-status", "--xds-namespace", namespace)
+        assert result.returncode == Exit.OK, result.stderr
+        return result if f"edge.{namespace}" in result.stdout and "SYNCED" in result.stdout else None
+
+    table = await eventually(lambda: asyncio.to_thread(synced), "proxy-status through the pods proxy to show SYNCED")
+    [row] = [r for r in table.stdout.splitlines() if r.startswith(f"edge.{namespace}")]
+    assert row.split()[1:6] == ["VirtualService", f"{namespace}/edge", "SYNCED", "SYNCED", "NOT"]

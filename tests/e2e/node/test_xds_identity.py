@@ -1,6 +1,6 @@
 """xDS identity end to end: the real service, the embedded cluster, real Envoys.
 
-An Envoy pod's Envoy (run by the supervisor, connecting from its pod IP) is served; a real Envoy elsewhere that
+An Envoy pod's Envoy (a container on the real node, connecting from its pod IP) is served; a real Envoy elsewhere that
 claims the same node id gets nothing, and the pod gets a Warning Event saying why. The debug API, which shows every
 Envoy's config, answers on loopback only unless told otherwise.
 """
@@ -17,19 +17,18 @@ import pytest
 from kubernetes import client
 
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import (
     answer,
     apply_vs,
     envoy_pod,
     events,
-    live_envoy,
-    spare_loopback,
+    running_envoy,
     start_xds,
     udp_virtual_service,
     xds_settings,
@@ -43,21 +42,21 @@ async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genui
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
 ) -> None:
-    xds = start_xds(run_service, xds_settings())
-    target = spare_loopback()
+    xds = start_xds(run_service, xds_settings(cluster.host_address))
+    target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
         apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
-        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        envoy_ip, _ = await running_envoy(core, namespace, "edge")
         await eventually(
             lambda: answer(envoy_ip, 3001), "the genuine Envoy to forward on 3001", ignore=(TimeoutError, OSError)
         )
 
         # Another Envoy, from another address, names itself edge.<namespace> and asks for the same listeners there.
-        impostor_ip = spare_loopback()
-        bootstrap = bind_to_pod(ads_bootstrap("127.0.0.1", xds.grpc_port, delta=True), impostor_ip)
+        impostor_ip = cluster.remote_address()
+        bootstrap = bind_to_pod(ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=True), impostor_ip)
         metadata = {LISTENER_ADDRESS_KEY: impostor_ip}
         bootstrap["node"] = {"id": f"edge.{namespace}", "cluster": namespace, "metadata": metadata}
         for kind in ("cds_config", "lds_config"):  # LIVE without a first config, instead of after 15 s

@@ -4,7 +4,6 @@ xds replicas, Envoys that never answer."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,10 @@ from tollgate.testing.xds import (
     condition,
     envoy_pod,
     events,
-    live_envoy,
+    kwok_pod,
+    port_taken,
     read_vs,
-    spare_loopback,
+    running_envoy,
     start_xds,
     stats,
     udp_virtual_service,
@@ -51,19 +51,18 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
 ) -> None:
     """Envoy cannot bind a port another process holds (no admission check can know that): it NACKs the listener.
     The rejected VirtualService says so with Envoy's message, and a good one applied afterwards still reaches the
     same Envoy, which is never sent the rejected listener again."""
-    xds = start_xds(run_service, xds_settings())
-    target = spare_loopback()
+    xds = start_xds(run_service, xds_settings(cluster.host_address))
+    target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
-        envoy_ip, _ = await live_envoy(core, namespace, "edge")
+        envoy_ip, container = await running_envoy(core, namespace, "edge")
         await _xds_cluster_keeps_alive(envoy_ip)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
-            squatter.bind((envoy_ip, 3002))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+        with port_taken(cluster, container, 3002):
             apply_vs(custom, namespace, udp_virtual_service("bad", "bad-l", 3002, "bad-c", target))
             rejected = programmed(await condition(custom, namespace, "bad", "Programmed", "Rejected"))
             assert rejected["status"] == "False"
@@ -95,20 +94,19 @@ async def test_a_virtual_service_deleted_before_the_watches_start_leaves_the_env
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     namespace: str,
-    supervisor: ServiceProcess,
     tmp_path: Path,
 ) -> None:
     """xds lists everything, serves it, then starts its watches. The API server connection freezes right after that
     first listing; a VirtualService deleted meanwhile is not in the watches' own listing, so no watch ever tells of
     its deletion: the resync finds it, and the real Envoy loses its listener."""
-    env = {**xds_settings(), "TOLLGATE_XDS_RESYNC_PERIOD_S": "2"}
-    target = spare_loopback()
+    env = {**xds_settings(cluster.host_address), "TOLLGATE_XDS_RESYNC_PERIOD_S": "2"}
+    target = cluster.remote_address()
     for name, port in (("doomed", 3006), ("kept", 3007)):
         apply_vs(custom, namespace, udp_virtual_service(name, f"{name}-l", port, f"{name}-c", target))
     kubeconfig = service_account_kubeconfig(cluster, "xds", tmp_path)
     with api_server_proxy(kubeconfig, tmp_path) as (proxy, proxied):
         process = ServiceProcess("xds", proxied, tmp_path / "logs", env=env)
-        xds = Xds(process, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
+        xds = Xds(process, cluster.host_address, int(env["TOLLGATE_XDS_GRPC_PORT"]), int(env["TOLLGATE_XDS_API_PORT"]))
         # The Envoy's pod is in the first listing: xds admits an Envoy only as a pod it knows, and learns of no
         # other while its watches are frozen.
         envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
@@ -120,7 +118,7 @@ async def test_a_virtual_service_deleted_before_the_watches_start_leaves_the_env
         try:
             wait_for(lambda: "ADS serving" in process.logs(), "xds to serve its first listing", interval=0.005)
             proxy.set_mode(Mode.FREEZE)
-            envoy_ip, _ = await live_envoy(core, namespace, "edge")
+            envoy_ip, _ = await running_envoy(core, namespace, "edge")
             doomed, kept = f"{namespace}/doomed/doomed-l", f"{namespace}/kept/kept-l"
             await eventually(
                 lambda: _has(envoy_ip, {doomed, kept}), "the Envoy to run both listeners", ignore=(OSError,)
@@ -146,32 +144,22 @@ async def _has(ip: str, names: set[str], exactly: bool = False) -> bool:
     return running == names if exactly else names <= running
 
 
-def stand_in_pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
-    """A KWOK pod standing for an xds replica's pod (the replicas here are processes): its replica is alive while
-    it exists."""
-    core.create_namespaced_pod(
-        namespace,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PodSpec(containers=[client.V1Container(name="xds", image="xds:latest")]),
-        ),
-    )
-
-
 async def test_two_replicas_merge_their_envoys_into_one_status_that_does_not_flap(
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
 ) -> None:
     """Two xds replicas, one Envoy bootstrapped to each, one VirtualService for both Envoys: its status counts both,
     holds each replica's report, and once converged is not written again; a replica whose pod is gone is dropped."""
     replicas: dict[str, Xds] = {}
     for name in ("xds-a", "xds-b"):
-        stand_in_pod(core, namespace, name)
-        replicas[name] = start_xds(run_service, {**xds_settings(), "TOLLGATE_XDS_REPLICA": f"{namespace}/{name}"})
-    target = spare_loopback()
+        await kwok_pod(cluster, namespace, name, {})  # stands for the replica's pod: alive while it exists
+        replicas[name] = start_xds(
+            run_service, {**xds_settings(cluster.host_address), "TOLLGATE_XDS_REPLICA": f"{namespace}/{name}"}
+        )
+    target = cluster.remote_address()
     apply_vs(custom, namespace, udp_virtual_service("shared", "shared-l", 3010, "shared-c", target))
     for name, xds in replicas.items():
         envoy_pod(core, namespace, f"edge-{name}", xds, {"app": "edge"}, delta=True)

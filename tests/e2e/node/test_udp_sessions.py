@@ -4,7 +4,7 @@ closes idle sessions.
 
 Every client is a socket of its own (a distinct source port), all held open at once, so that Envoy's UDP proxy
 keeps one session per client. Datagrams go out a window at a time and every one must be answered: nothing is
-sent twice. The window keeps the loopback socket buffers (212992 bytes by default, a few hundred small datagrams)
+sent twice. The window keeps the socket buffers (212992 bytes by default, a few hundred small datagrams)
 from overflowing in the kernel, which would drop datagrams before Envoy could count them.
 """
 
@@ -24,9 +24,9 @@ from kubernetes import client
 
 from tollgate.models.udp import DEFAULT_MAX_SESSIONS
 from tollgate.testing import xds
+from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
 
 pytestmark = pytest.mark.e2e
@@ -35,24 +35,18 @@ SESSIONS = 2500  # more than twice Envoy's default circuit breaker (1024 session
 SMALL_LIMIT = 100
 SMALL_IDLE_TIMEOUT_MS = 1000
 WINDOW = 100
-# Client sockets in this process, upstream sockets in Envoy (which inherits this limit), and room for the rest.
+# Client sockets in this process, upstream sockets in Envoy, and room for the rest.
 OPEN_FILES = SESSIONS + 3 * SMALL_LIMIT + 1024
 
 
 @pytest.fixture
 def open_files() -> Iterator[None]:
-    """This process's soft RLIMIT_NOFILE raised to OPEN_FILES, for the processes started after it too."""
+    """This process's soft RLIMIT_NOFILE raised to OPEN_FILES: a socket per client session."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert hard >= OPEN_FILES, f"RLIMIT_NOFILE hard limit {hard} is below the {OPEN_FILES} this test needs"
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, OPEN_FILES), hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-@pytest.fixture
-def supervisor(open_files: None, supervisor: ServiceProcess) -> ServiceProcess:
-    """The plugin's supervisor, started once the limit is raised: the Envoys it starts inherit the limit."""
-    return supervisor
 
 
 class _Client(asyncio.DatagramProtocol):
@@ -126,10 +120,11 @@ async def test_thousands_of_udp_sessions_fit_and_a_small_limit_overflows(
     custom: client.CustomObjectsApi,
     namespace: str,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
+    cluster: EmbeddedCluster,
+    open_files: None,
 ) -> None:
-    server = xds.start_xds(run_service, xds.xds_settings())
-    target = xds.spare_loopback()
+    server = xds.start_xds(run_service, xds.xds_settings(cluster.host_address))
+    target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
         wide = xds.udp_virtual_service("wide", "wide-l", 3101, "wide-c", target)
         narrow = xds.udp_virtual_service(
@@ -141,8 +136,9 @@ async def test_thousands_of_udp_sessions_fit_and_a_small_limit_overflows(
         for body in (wide, narrow):
             custom.create_namespaced_custom_object(xds.GROUP, xds.VERSION, namespace, xds.PLURAL, body)
         xds.envoy_pod(core, namespace, "edge", server, {"app": "edge"}, delta=True)
-        envoy_ip, ready = await xds.live_envoy(core, namespace, "edge")
-        assert open_files_limit(int(ready.removeprefix("pid "))) >= OPEN_FILES, "Envoy cannot open a socket a session"
+        envoy_ip, container = await xds.running_envoy(core, namespace, "edge")
+        envoy_pid = cluster.node().container_pid(container)
+        assert open_files_limit(envoy_pid) >= OPEN_FILES, "Envoy cannot open a socket a session"
         for name in ("wide", "narrow"):
             await xds.condition(custom, namespace, name, "Programmed", "Programmed")
 
