@@ -112,11 +112,11 @@ run: sync ## run every service against the current kubeconfig (Ctrl-C stops them
 	done; wait
 
 .PHONY: dev
-dev: sync tools jaeger ## the whole system on the embedded cluster, in the foreground (Ctrl-C stops everything)
+dev: sync tools jaeger images ## the whole system on the embedded cluster and its real node, in the foreground (Ctrl-C stops everything)
 	$(RUN) python -m tollgate.testing.dev run
 
 .PHONY: dev-up
-dev-up: sync tools jaeger ## make dev, detached
+dev-up: sync tools jaeger images ## make dev, detached
 	$(RUN) python -m tollgate.testing.dev up
 
 .PHONY: dev-down

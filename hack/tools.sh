@@ -8,7 +8,6 @@
 #   helm                                                              go install helm.sh/helm/v3/cmd/helm
 #   coredns                                                           go install github.com/coredns/coredns (the node's DNS)
 #   tilt                                                              built from ../shared/vendor/tilt (offline source)
-#   libpodnet.so                                                      cc hack/podnet/podnet.c (the embedded kubelet's bind shim)
 # `hack/tools.sh jaeger` builds only Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, wrapper module hack/jaeger)
 # into the same directory: the trace backend of make dev and of the tracing e2e test. It is not part of the default
 # set: make test starts it in the background once the control plane is built (cold it takes minutes), make dev runs
@@ -143,20 +142,6 @@ build_tilt() {
   log "tilt: $("$bin/tilt" version)"
 }
 
-# podnet: the LD_PRELOAD shim the embedded kubelet gives each container (see hack/podnet/podnet.c), built with
-# the machine's C compiler, again whenever the source is newer. Without a compiler the kubelet says what is missing.
-build_podnet() {
-  local source="$here/podnet/podnet.c" lib="$bin/libpodnet.so" cc="${CC:-gcc}"
-  if [ "$lib" -nt "$source" ]; then hit libpodnet.so; return 0; fi
-  if ! command -v "$cc" >/dev/null; then
-    log "podnet: no C compiler ($cc); the embedded kubelet cannot run pods without $lib"
-    return 0
-  fi
-  log "podnet: building $lib from $source with $cc"
-  step "building libpodnet.so" "$cc" -shared -fPIC -O2 -Wall -Wextra -o "$lib" "$source" -ldl
-  made=$((made + 1))
-}
-
 # Jaeger v2 from the module proxy through hack/jaeger/go.mod (its go.sum pins every module); the version it was built
 # at is kept beside it, so a new JAEGER_VERSION builds again.
 build_jaeger() {
@@ -206,7 +191,6 @@ else
   go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION"
   build_tilt
-  build_podnet
 fi
 log "ready: ${#cached[@]} cached (${cached[*]:-none}), $made built or installed, in $SECONDS s"
 echo "$bin"

@@ -1,10 +1,12 @@
 """One running system for the chaos suite, and its table printed at the end of the run.
 
-The system runs on an embedded cluster of its own (the suite freezes its API server): the Envoy supervisor (real
-Envoys), and allocator, xds, routedip (DigitalOcean provider against the fake DigitalOcean API) and jobs, each
-under its chart's RBAC and through a FaultProxy of its own in front of the API server. The webhook is not run
-(it needs certificates and a registration; its watch on a half-open connection is tests/e2e/test_watch_faults.py's
-subject): the second RoutedIP of one address goes straight in, as one its lagging cache lets through would.
+The system runs on an embedded cluster of its own with the real node (the suite freezes its API server): an Envoy
+container runs there, while KWOK's nodes (droplets of the fake DigitalOcean) take the Goops' pods and back the routed
+IPs. Allocator, xds, routedip (DigitalOcean provider against the fake DigitalOcean API) and jobs run as processes,
+each under its chart's RBAC and through a FaultProxy of its own in front of the API server. They keep the dev
+endpoint policy: the endpoints registered here only take tunnel IDs. The webhook is not run (it needs certificates
+and a registration; its watch on a half-open connection is tests/e2e/test_watch_faults.py's subject): the second
+RoutedIP of one address goes straight in, as one its lagging cache lets through would.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tls import allocator_env, tls_endpoint
-from tollgate.testing.xds import Xds, envoy_pod, live_envoy, spare_loopback, xds_settings
+from tollgate.testing.xds import Xds, envoy_pod, running_envoy, xds_settings
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -87,7 +89,9 @@ def _account(cluster: EmbeddedCluster, name: str) -> None:
 @pytest.fixture(scope="module")
 def chaos_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
     workdir = tmp_path_factory.mktemp("kwok-chaos")
-    cluster = EmbeddedCluster(f"tollgate-chaos-{os.getpid()}", workdir, workdir / "kubeconfig")
+    cluster = EmbeddedCluster(
+        f"tollgate-chaos-{os.getpid()}", workdir, workdir / "kubeconfig", real_node=True, fake_nodes_take_pods=True
+    )
     try:
         cluster.up(nodes=3)
         cluster.install_crds()
@@ -111,20 +115,12 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
     )
     allocator_tls = tls_endpoint(directory / "allocator-tls")
     settings = {
-        "xds": {**xds_settings(), "TOLLGATE_XDS_RESYNC_PERIOD_S": "5"},
+        "xds": {**xds_settings(cluster.host_address), "TOLLGATE_XDS_RESYNC_PERIOD_S": "5"},
         "jobs": {},
         "routedip": {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": ROUTEDIP_NAMESPACE, "TOLLGATE_ROUTEDIP_LOG_FORMAT": "text"},
         "allocator": allocator_env(allocator_tls, TOLLGATE_ALLOCATOR_LEASE_SECONDS=str(LEASE_SECONDS)),
     }
-    services = {
-        "supervisor": ServiceProcess(
-            "supervisor",
-            cluster.kubeconfig,
-            directory / "logs",
-            module="tollgate.testing.supervisor",
-            env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(directory / "envoy")},
-        )
-    }
+    services: dict[str, ServiceProcess] = {}
     async with contextlib.AsyncExitStack() as stack:
         fake = stack.enter_context(FakeDigitalOceanThread(DO_TOKEN))
         fake.add_droplets(*DROPLETS)
@@ -148,11 +144,16 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
         for service in services.values():
             service.wait_ready(timeout=120)
         xds_env = settings["xds"]
-        xds = Xds(services["xds"], int(xds_env["TOLLGATE_XDS_GRPC_PORT"]), int(xds_env["TOLLGATE_XDS_API_PORT"]))
-        echo_target = spare_loopback()
+        xds = Xds(
+            services["xds"],
+            cluster.host_address,
+            int(xds_env["TOLLGATE_XDS_GRPC_PORT"]),
+            int(xds_env["TOLLGATE_XDS_API_PORT"]),
+        )
+        echo_target = cluster.remote_address()
         await stack.enter_async_context(UDPEcho(echo_target, 1234, name="echo"))
         envoy_pod(core, NAMESPACE, "edge", xds, {"app": "edge"}, delta=True)
-        envoy_ip, _ = await live_envoy(core, NAMESPACE, "edge")
+        envoy_ip, envoy_container = await running_envoy(core, NAMESPACE, "edge")
         account = f"chaos-{uuid.uuid4().hex[:5]}"
         _account(cluster, account)
         agent = agents.Agent.mint(core, account, allocator_tls.ca_file)
@@ -184,6 +185,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
             Nodes(cluster, core),
             echo_target,
             envoy_ip,
+            envoy_container,
             allocator_tls.port,
             agent,
             account,

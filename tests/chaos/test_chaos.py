@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -26,7 +25,17 @@ from tollgate.models.epic import VERSION as EPIC_VERSION
 from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, SERVICES, TABLE, System
 from tollgate.testing.faultproxy import Mode, break_the_network
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import GROUP, PLURAL, VERSION, admin, answer, apply_vs, read_vs, udp_virtual_service
+from tollgate.testing.xds import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    admin,
+    answer,
+    apply_vs,
+    port_taken,
+    read_vs,
+    udp_virtual_service,
+)
 
 T = TypeVar("T")
 
@@ -416,8 +425,7 @@ async def test_a_nacked_virtual_service_does_not_hold_the_others_back(baseline: 
     the others on the same Envoy keep converging."""
     system = baseline
     fault = "Envoy NACKs a VirtualService (port taken)"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
-        squatter.bind((system.envoy_ip, 3104))  # without SO_REUSEPORT: Envoy cannot bind its listener here
+    with port_taken(system.cluster, system.envoy_container, 3104):
         virtual_service(system, "nacked", 3104)
         applied = time.monotonic()
         await TABLE.recover(

@@ -29,7 +29,7 @@ from tollgate.allocator.reconcile import Reconciler
 from tollgate.allocator.registry import Registry
 from tollgate.allocator.tunnels import EpicSingleton, Metrics, SeedTunnelIDs
 from tollgate.cli.epicctl import main as epicctl_main
-from tollgate.models.envoy import ADMIN_PORT, BOOTSTRAP_KEY, ENVOY_PROXY_LABEL, XDS_CLUSTER, ads_bootstrap
+from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     GROUP,
@@ -722,55 +722,6 @@ async def test_registration_api_is_authenticated_idempotent_and_names_bad_input(
     assert not (await api.unregister(account, "api", "127.77.1.7")).deleted
     assert (await api.unregister(account, "api", "127.77.1.9")).deleted
     assert await api.tunnels(account) == []
-
-
-async def test_load_balancer_envoy_pods_run_a_real_envoy_with_the_ads_bootstrap(
-    cluster: EmbeddedCluster,
-    core: client.CoreV1Api,
-    custom: client.CustomObjectsApi,
-    run_service: ServiceFactory,
-    allocator: tuple[ServiceProcess, int],
-    accounts: list[str],
-    tmp_path: Path,
-) -> None:
-    run_service("supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)})
-    # The group's bootstrap template: ADS as by default, but live after a short initial fetch even while no xDS
-    # server answers (an Envoy with the default bootstrap waits for its first configuration).
-    template = ads_bootstrap("{xds_host}", 1)
-    template["dynamic_resources"]["cds_config"]["initial_fetch_timeout"] = "0.5s"
-    template["node"] = {"id": "{node_id}", "cluster": "{cluster}"}
-    text = yaml.safe_dump(template).replace("port_value: 1\n", "port_value: {xds_port}\n")
-    account = user_account(cluster, {"envoy-replica-count": 1, "envoy-bootstrap": text})
-    accounts.append(account)
-    namespace = f"epic-{account}"
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("edge", account)))
-
-    async def live_pod() -> client.V1Pod | None:
-        pods = core.list_namespaced_pod(namespace, label_selector=f"{LOAD_BALANCER_LABEL}=edge").items
-        for pod in pods:
-            ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None)
-            if ready is not None and ready.reason == "EnvoyLive":
-                return pod
-        return None
-
-    pod = await eventually(live_pod, "the load balancer's Envoy pod to run a live Envoy", timeout=60)
-    dump = await asyncio.to_thread(fetch_json, f"http://{pod.status.pod_ip}:{ADMIN_PORT}/config_dump")
-    bootstrap = next(c for c in dump["configs"] if c["@type"].endswith("BootstrapConfigDump"))["bootstrap"]
-    assert bootstrap["node"]["id"] == f"{pod.metadata.name}.{namespace}"
-    assert bootstrap["node"]["cluster"] == "edge"
-    assert bootstrap["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
-    xds = next(c for c in bootstrap["static_resources"]["clusters"] if c["name"] == XDS_CLUSTER)
-    socket = xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-    assert f"{socket['address']}:{socket['port_value']}" == XDS_ADDRESS
-
-    config_map = core.read_namespaced_config_map("edge-envoy", namespace)
-    assert yaml.safe_load(config_map.data[BOOTSTRAP_KEY])["static_resources"]["clusters"][0]["name"] == XDS_CLUSTER
-
-    async def proxy_ready() -> bool:
-        state = condition(get(custom, "loadbalancers", namespace, "edge"), "ProxyReady")
-        return bool(state and state["status"] == "True")
-
-    await eventually(proxy_ready, "the load balancer's ProxyReady condition", timeout=30)
 
 
 async def test_each_account_token_acts_on_its_account_only_and_rotates_without_restart(

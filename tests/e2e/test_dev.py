@@ -1,5 +1,5 @@
-"""`make dev`: the whole system comes up on its own cluster and proves the data path; a service that crashes is
-started again; stopping leaves nothing."""
+"""`make dev`: the whole system comes up on its own cluster with the real node and proves the data path through
+Envoy containers; a service that crashes is started again; stopping leaves nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from tollgate.cli.epicctl import main
 from tollgate.cli.exits import Exit
-from tollgate.testing.dev import DevSystem
+from tollgate.testing.dev import LB_CLIENT_NODE, DevSystem
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 
@@ -36,7 +36,7 @@ def programmed_summary(system: DevSystem) -> Callable[[], str | None]:
     def probe() -> str | None:
         text = system.summary()
         proof = next((line for line in text.splitlines() if "tollgate-dev/dev-proof" in line), "")
-        nodes = (("epic-root/sample-acnodal", "192.168.1.30"), ("epic-root/dev-public", "127.77.0.1"))
+        nodes = (("epic-root/sample-acnodal", "192.168.1.30"), ("epic-root/dev-public", LB_CLIENT_NODE))
         return text if "Programmed=True" in proof and all(tunnel_of(text, *n) for n in nodes) else None
 
     return probe
@@ -84,7 +84,7 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
         system.cluster.down()
     assert "dev-proxy.tollgate-dev" in synced, synced
     assert f"epicctl proxy-status --xds-url {system.xds_debug_url}" in summary, summary
-    for service in ("supervisor", "webhook", "allocator", "xds", "routedip", "jobs"):
+    for service in ("webhook", "allocator", "xds", "routedip", "jobs"):
         assert f"  {service:<10} ready  restarts 0" in summary, summary
     assert "  jobs       ready  restarts 1" in after_crash, after_crash
     assert "  kube-scheduler           pid " in after_crash, "the control plane is listed"
@@ -95,16 +95,17 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
     assert "'udp-echo:datagram from make dev'" in summary
     assert "'tcp-echo:stream from make dev'" in summary
     assert "(ServicePrefix dev) -> Envoy -> 'lb-echo:datagram to a public address'" in summary
-    assert "  LB   127.80.0.1:7003" in summary, "the first address of the dev pool"
+    assert "  LB   192.0.2.225:7003" in summary, "the first address of the dev pool"
     # The LB's endpoint was registered as an agent registers it: over TLS, with root's token minted by epicctl.
     token_file = system.dev_dir / "allocator" / "root.token"
     assert f"CA {system.dev_dir / 'allocator' / 'ca.crt'}  root's token {token_file}" in summary, summary
     assert token_file.stat().st_mode & 0o777 == 0o600
     assert "registration API serves plaintext" not in (logs / "allocator.log").read_text()
-    tunnels = {tunnel_of(summary, *n) for n in (("sample-acnodal", "192.168.1.30"), ("dev-public", "127.77.0.1"))}
+    tunnels = {tunnel_of(summary, *n) for n in (("sample-acnodal", "192.168.1.30"), ("dev-public", LB_CLIENT_NODE))}
     assert len({line.split("tunnel ")[1] for line in tunnels if line}) == 2, f"two nodes, two tunnel IDs: {tunnels}"
-    assert len(processes) == 6
-    assert [p.process.returncode for p in processes if p.process is not None] == [0] * 6, (
+    assert len(processes) == 5
+    assert [p.process.returncode for p in processes if p.process is not None] == [0] * 5, (
         "a service did not stop cleanly"
     )
     assert not system.cluster.exists()
+    assert not system.cluster.node().owned(), "the real node is torn down with the cluster"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tollgate.testing import node
 from tollgate.testing.cluster import endpoint_policy_env
 from tollgate.testing.dev import DevSystem
 from tollgate.testing.tools import repo_root
@@ -30,13 +31,18 @@ def test_local_resources_start_in_an_order_that_respects_after_and_name_real_ste
     assert len(health) == len(set(health)) == len(services), "health ports must be distinct"
 
 
-def test_the_local_system_and_tilt_run_the_dev_endpoint_policy(tmp_path: Path) -> None:
-    """make dev and the e2e fixtures take the policy from tollgate.testing; Tilt's local mode reads it from
-    resources.yaml, which must say the same."""
+def test_the_local_system_runs_the_real_node_endpoint_policy_and_envoys_reach_xds_at_the_pod_gateway(
+    tmp_path: Path,
+) -> None:
+    """make dev and Tilt's local mode read resources.yaml, which must say what tollgate.testing says of the real
+    node: its endpoint policy, and where its pods reach a process of this machine."""
     resources = {r.name: r for r in DevSystem(ROOT, state=tmp_path).resources}
     for service in ("webhook", "allocator"):
-        policy = endpoint_policy_env(service)
+        policy = endpoint_policy_env(service, real_node=True)
         assert {key: resources[service].env.get(key) for key in policy} == policy
+    assert resources["xds"].env["TOLLGATE_XDS_GRPC_HOST"] == node.POD_GATEWAY
+    assert resources["allocator"].env["TOLLGATE_ALLOCATOR_XDS_ADDRESS"] == f"{node.POD_GATEWAY}:18000"
+    assert resources["xds"].endpoints["ads"] == f"{node.POD_GATEWAY}:18000"
 
 
 def test_every_service_has_an_image_with_a_non_root_runtime_stage() -> None:

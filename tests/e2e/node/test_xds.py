@@ -496,7 +496,7 @@ async def test_load_balancer_public_ports_forward_to_registered_endpoints(
         lb = copy.deepcopy(yaml.safe_load((SAMPLES / "seed-loadbalancer.yaml").read_text()))
         lb["metadata"] = {"name": "sample-acnodal"}
         lb["spec"]["public-ports"].append({"port": 5060, "protocol": "UDP"})
-        public = lb["spec"]["public-address"] = cluster.public_address()  # the seed's 192.168.77.2: not routed here
+        public = lb["spec"]["public-address"] = cluster.public_addresses()[0]  # not the seed's 192.168.77.2
         del lb["status"]
         custom.create_namespaced_custom_object("epic.acnodal.io", "v1", namespace, "loadbalancers", lb)
         for protocol, port in (("TCP", 8080), ("UDP", 5060)):

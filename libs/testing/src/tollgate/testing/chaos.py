@@ -106,6 +106,7 @@ class System:
     nodes: Nodes
     echo_target: str
     envoy_ip: str
+    envoy_container: str
     allocator_port: int
     allocator_agent: Agent  # the account's token and the allocator's CA
     account: str

@@ -28,7 +28,6 @@ import yaml
 from tollgate.models.addresses import EndpointPolicy
 from tollgate.runtime.logging import setup_logging
 from tollgate.testing import images, node
-from tollgate.testing.kubelet.stages import kwok_stages
 from tollgate.testing.net import free_port
 from tollgate.testing.processes import alive, pid_in
 from tollgate.testing.restarts import CrashLoop
@@ -38,7 +37,7 @@ log = logging.getLogger("tollgate.testing.cluster")
 
 ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
-# ClusterIPs: loopback addresses too, which the embedded kubelet listens on (see kwokctl_config).
+# ClusterIPs: loopback addresses too (see kwokctl_config).
 SERVICE_CIDR = "127.2.0.0/16"
 # Pod IPs: each node's pod CIDR is a /24 of this (node_manifest).
 POD_CIDR = "127.1.0.0/16"
@@ -93,14 +92,14 @@ class ClusterError(RuntimeError):
     pass
 
 
-def node_manifest(index: int, real_node: bool = False) -> dict[str, Any]:
+def node_manifest(index: int, real_node: bool = False, tainted: bool = True) -> dict[str, Any]:
     """KWOK's worker `index` (0-based): InternalIP 127.0.10.<index+1>, pods in 127.1.<index+1>.0/24; beside the real
     node, InternalIP 192.0.2.<index+10> and pods in 198.18.<index+1>.0/24 (neither assigned on the machine: KWOK only
-    reports them), tainted so that only pods meant for many nodes land there."""
+    reports them), `tainted` so that only pods meant for many nodes land there."""
     name = f"tollgate-worker-{index}"
     pod_cidr = f"198.18.{index + 1}.0/24" if real_node else f"127.1.{index + 1}.0/24"
     internal_ip = f"192.0.2.{index + 10}" if real_node else f"127.0.10.{index + 1}"
-    taints = [{"key": KWOK_MANAGED, "value": "fake", "effect": "NoSchedule"}] if real_node else []
+    taints = [{"key": KWOK_MANAGED, "value": "fake", "effect": "NoSchedule"}] if real_node and tainted else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -133,14 +132,9 @@ def node_manifest(index: int, real_node: bool = False) -> dict[str, Any]:
 
 
 def kwokctl_config(disable_qps_limits: bool = False, real_node_pki: Path | None = None) -> str:
-    """Every component listens on loopback only; benchmarks may lift the components' client QPS limits.
-
-    ClusterIPs come from SERVICE_CIDR, a loopback range like the pod IPs, so that the embedded kubelet can
-    serve them (tollgate.testing.kubelet.proxy) and the API server reaches a webhook referenced by a Service
-    at its ClusterIP, as on any cluster. (--enable-aggregator-routing, which makes the API server call the
-    Service's endpoints instead, cannot help here: EndpointSlices refuse loopback addresses, so they never list
-    a pod of this cluster.) KWOK's stages are its defaults, except that the pods the embedded kubelet runs are
-    placed but not made Ready (tollgate.testing.kubelet.stages).
+    """Every component listens on loopback only; benchmarks may lift the components' client QPS limits. Without
+    the real node, pod IPs and ClusterIPs are loopback ranges (POD_CIDR, SERVICE_CIDR) that nothing serves: KWOK's
+    pods are simulated, with KWOK's default stages.
 
     The controller-manager and the scheduler run without leader election. There is one instance of each, so
     there is nobody to elect: the Lease only ever names that instance, and what it costs is an exit, since a
@@ -195,7 +189,7 @@ def kwokctl_config(disable_qps_limits: bool = False, real_node_pki: Path | None 
             *([{"name": "kwok-controller", "extraArgs": kwok_args}] if kwok_args else []),
         ],
     }
-    return yaml.safe_dump_all([configuration, *kwok_stages()])
+    return yaml.safe_dump(configuration)
 
 
 @dataclass
@@ -205,8 +199,11 @@ class EmbeddedCluster:
     kubeconfig: Path
     disable_qps_limits: bool = False
     real_node: bool = False
+    # Beside the real node: KWOK's nodes untainted and the real node tainted (node.REAL_NODE_TAINT), for a system
+    # whose ordinary pods are simulated (the chaos suite's Goops, routed IPs on many droplets) and whose Envoys run.
+    fake_nodes_take_pods: bool = False
     _remote_addresses: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
-    _public_addresses: Iterator[int] = field(default_factory=itertools.count, repr=False, compare=False)
+    _next_public: int = field(default=0, repr=False, compare=False)
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
@@ -310,7 +307,13 @@ class EmbeddedCluster:
 
     def node(self) -> node.RealNode:
         """The real node of this cluster (tollgate.testing.node), whether it runs or not."""
-        return node.RealNode(self.workdir / "node", self.pki_dir(), self.kubeconfig, images.cache_dir() / "containerd")
+        return node.RealNode(
+            self.workdir / "node",
+            self.pki_dir(),
+            self.kubeconfig,
+            images.cache_dir() / "containerd",
+            tainted=self.fake_nodes_take_pods,
+        )
 
     @property
     def host_address(self) -> str:
@@ -327,13 +330,17 @@ class EmbeddedCluster:
         self.node().add_address(address)
         return address
 
-    def public_address(self) -> str:
-        """An address for a load balancer's `public-address`: beside the real node one of PUBLIC_ADDRESSES, in turn,
-        which its CNI plugin routes to the Envoy pod (tollgate.testing.public_address); else one in REMOTE_CIDR,
-        where Envoy process pods listen."""
+    def public_addresses(self, count: int = 1) -> list[str]:
+        """`count` consecutive addresses for load balancers' `public-address` (a ServicePrefix's pool): beside the real
+        node from PUBLIC_ADDRESSES, in turn, which its CNI plugin routes to the Envoy pod
+        (tollgate.testing.public_address); else from 127.80.0.0/16, where Envoy process pods listen."""
         if not self.real_node:
-            return self.remote_address()
-        return PUBLIC_ADDRESSES[next(self._public_addresses) % len(PUBLIC_ADDRESSES)]
+            third = random.randint(1, 254)
+            return [f"127.80.{third}.{host}" for host in range(1, count + 1)]
+        if self._next_public + count > len(PUBLIC_ADDRESSES):
+            self._next_public = 0
+        start, self._next_public = self._next_public, self._next_public + count
+        return list(PUBLIC_ADDRESSES[start : start + count])
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -351,7 +358,9 @@ class EmbeddedCluster:
             time.sleep(0.2)
 
     def ensure_nodes(self, count: int, timeout: float) -> None:
-        manifests = [node_manifest(index, self.real_node) for index in range(count)]
+        manifests = [
+            node_manifest(index, self.real_node, tainted=not self.fake_nodes_take_pods) for index in range(count)
+        ]
         if self.real_node:
             for manifest in manifests:
                 self.node().add_address(manifest["status"]["addresses"][0]["address"])

@@ -5,12 +5,13 @@
     python -m tollgate.testing.dev down    stops what `up` started, and the cluster (make dev-down)
     python -m tollgate.testing.dev step S  one step of deploy/local/resources.yaml (Tilt's local mode runs them)
 
-It starts the embedded cluster, installs the CRDs, runs the Envoy supervisor and all five services as
-processes, registers the webhook, applies the samples, proves the data path with one datagram and one TCP
-connection through a real Envoy to echo servers, and one datagram to a load balancer's public address (from the
-ServicePrefix `dev`, pool 127.80.0.0/24), and prints a summary. Logs go to .dev/logs/<service>.log (the previous
-run's to <service>.log.1); a service that exits is started again after a back-off, and the summary counts its
-restarts.
+It starts the embedded cluster with its real node (tollgate.testing.node: needs Linux and root), installs the
+CRDs, runs all five services as processes of this checkout, registers the webhook, applies the samples, proves the
+data path with one datagram and one TCP connection through an Envoy container to echo servers on a simulated remote
+node, and one datagram to a load balancer's public address (from the ServicePrefix `dev`, pool DEV_POOL, which the
+node routes to the load balancer's Envoy container), and prints a summary. Logs go to .dev/logs/<service>.log
+(the previous run's to <service>.log.1); a service that exits is started again after a back-off, and the summary
+counts its restarts.
 
 Every line it prints starts with the seconds since it started; while it waits (the cluster, a service's /readyz, the
 data path), it says every TOLLGATE_DEV_TICK seconds (default 10) what it is still waiting for. Before anything starts
@@ -43,6 +44,7 @@ import yaml
 
 from tollgate.cli.exits import Exit
 from tollgate.models.envoy import BOOTSTRAP_KEY, ENVOY_CONTAINER, ENVOY_PROXY_LABEL, ads_bootstrap
+from tollgate.testing import node
 from tollgate.testing.agents import CA_FILE, certificates
 from tollgate.testing.cluster import dev_cluster, dev_dir
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
@@ -262,6 +264,7 @@ class DevSystem:
         self.progress = progress or Progress()
         self.dev_dir = state or dev_dir(root)
         self.cluster = dev_cluster(root, self.dev_dir, "tollgate" if state is None else "tollgate-dev")
+        self.cluster.real_node = True  # the Envoys the system configures run as containers
         self.resources = local_resources(root, self.dev_dir)
         self.processes: dict[str, ServiceProcess] = {}
         self.restarter = Restarter(self.processes, self.say)
@@ -328,7 +331,7 @@ class DevSystem:
 
     def _start_cluster(self) -> None:
         self.say(f"cluster    starting (etcd, kube-apiserver, controllers, kwok; logs {self.cluster.logs_dir()})")
-        with self.progress.waiting("the embedded cluster and its 3 nodes to be ready"):
+        with self.progress.waiting("the embedded cluster, its real node and 3 KWOK nodes to be ready"):
             seconds = self.cluster.up(3)
         self.say(f"cluster ready in {seconds:.1f} s (KUBECONFIG={self.cluster.kubeconfig})")
 
@@ -398,7 +401,9 @@ class DevSystem:
             self.cluster.kubectl("delete", kind, "tollgate-webhook", "--ignore-not-found", check=False)
 
     def _prove_data_path(self) -> None:
-        """One datagram and one TCP connection through a real Envoy, configured by a VirtualService."""
+        """One datagram and one TCP connection through an Envoy container, configured by a VirtualService."""
+        for address in (ECHO_HOST, LB_UPSTREAM, LB_CLIENT_NODE):
+            self.cluster.node().add_address(address)
         echo = self.echo = EchoThread()
         udp_port, tcp_port = echo.start()
         host, _, port = self.resource("xds").endpoints["ads"].rpartition(":")
@@ -433,8 +438,8 @@ class DevSystem:
         self.say("  data path  proved:\n" + "\n".join(self.proof))
 
     def _prove_public_address(self, echo: EchoThread) -> str:
-        """One datagram to a load balancer's public address, allocated from the dev ServicePrefix (in 127.0.0.0/8,
-        so that it is on this machine), through the load balancer's Envoy to a simulated remote endpoint."""
+        """One datagram to a load balancer's public address, allocated from the dev ServicePrefix (which the real
+        node routes to the Envoy container), through the load balancer's Envoy to a simulated remote endpoint."""
         echo.call(echo.lb_upstream.start())
         objects = public_address_objects(echo.lb_upstream.port)
         self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
@@ -526,7 +531,7 @@ class DevSystem:
     @property
     def xds_debug_url(self) -> str:
         """The xds debug API, which `epicctl proxy-status --xds-url` asks: here xds is a process, not a pod the API
-        server's pods proxy could reach (docs/xds.md, *Debug API*)."""
+        server's pods proxy would find (docs/xds.md, *Debug API*)."""
         return self.resource("xds").endpoints["debug"].removesuffix("/debug/envoys")
 
     def _proxies(self) -> list[str]:
@@ -540,16 +545,18 @@ class DevSystem:
             node = f"{pod['metadata']['name']}.{pod['metadata']['namespace']}"
             ready: dict[str, str] = next((c for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), {})
             state = sync.get(node, "not connected")
-            rows.append(
-                f"  {node:<50} {pod['status'].get('podIP', '-'):<12} {ready.get('reason', '-'):<12} xds {state}"
-            )
+            readiness = "Ready" if ready.get("status") == "True" else "NotReady"
+            rows.append(f"  {node:<50} {pod['status'].get('podIP', '-'):<12} {readiness:<12} xds {state}")
         return rows
 
 
 PROOF_NAMESPACE = "tollgate-dev"
 PROOF_UDP_PORT, PROOF_TCP_PORT, PROOF_LB_PORT = 7001, 7002, 7003
-DEV_PREFIX, DEV_POOL = "dev", "127.80.0.0/24"
-LB_UPSTREAM, LB_CLIENT_NODE = "127.77.0.2", "127.77.0.1"  # a simulated remote client node and its endpoint
+# Addresses of the real node's ranges (tollgate.testing.cluster): a simulated remote node serving the echo servers,
+# another with a client cluster's endpoint; the dev pool is public addresses the node routes to Envoy pods.
+ECHO_HOST = "192.0.2.70"
+LB_UPSTREAM, LB_CLIENT_NODE = "192.0.2.72", "192.0.2.71"
+DEV_PREFIX, DEV_POOL = "dev", "192.0.2.224/27"
 
 
 def public_address_objects(upstream_port: int) -> list[dict[str, Any]]:
@@ -574,7 +581,7 @@ def proof_objects(udp_port: int, tcp_port: int, xds_host: str, xds_port: int) ->
     def listener(protocol: str, port: int, upstream: int) -> dict[str, Any]:
         cluster = {
             "name": f"dev-echo-{protocol}",
-            "endpoints": [{"name": f"echo-{protocol}", "host": {"address": "127.0.0.1"}, "port": upstream}],
+            "endpoints": [{"name": f"echo-{protocol}", "host": {"address": ECHO_HOST}, "port": upstream}],
         }
         return {"name": f"dev-{protocol}", protocol: {"port": port, "cluster": cluster}}
 
@@ -607,6 +614,7 @@ def proof_objects(udp_port: int, tcp_port: int, xds_host: str, xds_port: int) ->
                     }
                 ],
                 "volumes": [{"name": "bootstrap", "configMap": {"name": "dev-proxy"}}],
+                **node.REAL_NODE_PLACEMENT,
             },
         },
         {
@@ -622,13 +630,13 @@ def proof_objects(udp_port: int, tcp_port: int, xds_host: str, xds_port: int) ->
 
 
 class EchoThread:
-    """UDP and TCP echo servers on 127.0.0.1, in an event loop of their own for the life of the dev system."""
+    """UDP and TCP echo servers on ECHO_HOST, in an event loop of their own for the life of the dev system."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.udp = UDPEcho("127.0.0.1", name="udp-echo")
-        self.tcp = TCPEcho("127.0.0.1", name="tcp-echo")
+        self.udp = UDPEcho(ECHO_HOST, name="udp-echo")
+        self.tcp = TCPEcho(ECHO_HOST, name="tcp-echo")
         self.lb_upstream = UDPEcho(LB_UPSTREAM, name="lb-echo")
 
     def start(self) -> tuple[int, int]:
@@ -693,6 +701,10 @@ def running_pid(state: Path) -> int | None:
 
 
 def run(root: Path) -> int:
+    unsupported = node.unsupported_reason()
+    if unsupported is not None:
+        print(f"make dev: {unsupported}; use kind with Tilt's kind mode instead (docs/real-node.md)", file=sys.stderr)
+        return 3
     system = DevSystem(root)
     if refuse_busy_ports(system):
         return 1

@@ -27,7 +27,6 @@ __all__ = [
     "static_cluster",
     "tcp_proxy_listener",
     "udp_proxy_listener",
-    "with_hosts_file",
 ]
 
 UDP_PROXY_FILTER = "envoy.filters.udp_listener.udp_proxy"
@@ -44,22 +43,11 @@ class EnvoyError(RuntimeError):
     pass
 
 
-def with_hosts_file(argv: Sequence[str], hosts_file: Path) -> list[str]:
-    """``argv`` run in a mount namespace of its own where ``hosts_file`` is /etc/hosts (needs root).
-
-    Envoy's DNS resolver (c-ares) reads /etc/hosts before asking DNS: that is how an Envoy pod resolves
-    cluster Service names on the embedded cluster, where the kubelet keeps such a hosts file.
-    """
-    bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bind, str(hosts_file), *argv]
-
-
 class EnvoyProcess:
     """One Envoy process, started from a v3 bootstrap dict.
 
     The admin address in the bootstrap is always replaced by ``admin_host:admin_port`` (a free port if 0).
-    Hot restart is disabled so that several Envoys can run side by side. With ``hosts_file``, Envoy sees that
-    file as /etc/hosts (see ``with_hosts_file``).
+    Hot restart is disabled so that several Envoys can run side by side.
     """
 
     def __init__(
@@ -71,14 +59,12 @@ class EnvoyProcess:
         log_path: Path | None = None,
         log_level: str = "info",
         extra_args: Sequence[str] = (),
-        hosts_file: Path | None = None,
     ) -> None:
         self.bootstrap: dict[str, Any] = copy.deepcopy(dict(bootstrap))
         self.admin_host = admin_host
         self.admin_port = admin_port
         self.log_level = log_level
         self.extra_args = list(extra_args)
-        self.hosts_file = hosts_file
         self._log_path = log_path
         self._tmpdir: Path | None = None
         self._proc: asyncio.subprocess.Process | None = None
@@ -111,8 +97,6 @@ class EnvoyProcess:
             self.log_level,
             *self.extra_args,
         ]
-        if self.hosts_file is not None:
-            args = with_hosts_file(args, self.hosts_file)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._log_path.open("wb") as log:
             self._proc = await asyncio.create_subprocess_exec(

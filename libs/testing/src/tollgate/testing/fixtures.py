@@ -4,7 +4,6 @@
   to run against a cluster you started yourself (`make cluster`, or kind) instead.
 - `namespace`: a fresh namespace per test, deleted afterwards; `other_namespace` a second one (another tenant).
 - `run_service`: start a tollgate service as a subprocess; its logs are printed when the test fails.
-- `supervisor`: the Envoy supervisor, so that Envoy pods run real Envoys.
 """
 
 from __future__ import annotations
@@ -151,11 +150,3 @@ def run_module_service(
     failures = request.session.testsfailed
     yield launcher
     launcher.stop(show_logs=request.session.testsfailed > failures)
-
-
-@pytest.fixture
-def supervisor(run_service: ServiceFactory, tmp_path: Path) -> ServiceProcess:
-    """The Envoy supervisor: every pod labelled `tollgate.io/envoy-proxy` becomes a real Envoy process."""
-    return run_service(
-        "supervisor", module="tollgate.testing.supervisor", env={"TOLLGATE_SUPERVISOR_LOG_DIR": str(tmp_path)}
-    )

@@ -70,6 +70,13 @@ PUBLIC_ADDRESS_PLUGIN = "tollgate-public-address"
 FORWARD_CHAIN = "TOLLGATE-NODE"
 INPUT_CHAIN = "TOLLGATE-NODE-INPUT"
 REAL_NODE_LABEL = "tollgate.io/node"
+# The real node's own taint, when KWOK's nodes take the ordinary pods (EmbeddedCluster.fake_nodes_take_pods): only
+# pods that tolerate it run there (REAL_NODE_PLACEMENT: the tests' Envoy pods, CoreDNS).
+REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "value": "real", "effect": "NoSchedule"}
+REAL_NODE_PLACEMENT = {
+    "nodeSelector": {REAL_NODE_LABEL: "real"},
+    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "real", "effect": "NoSchedule"}],
+}
 
 # The host settings a kubelet, the bridge plugin or kube-proxy change, restored at teardown.
 SYSCTLS = (
@@ -279,6 +286,7 @@ class RealNode:
     pki: Path  # the cluster's PKI (kwokctl's): ca.crt, admin.crt, admin.key
     kubeconfig: Path
     containerd_root: Path
+    tainted: bool = False  # registers with REAL_NODE_TAINT
 
     socket = SOCKET
 
@@ -500,6 +508,7 @@ class RealNode:
             "serializeImagePulls": False,
             "maxPods": 110,
             "syncFrequency": "10s",
+            "registerWithTaints": [REAL_NODE_TAINT] if self.tainted else [],
         }
 
     def _start_kubelet(self) -> None:
@@ -824,7 +833,7 @@ def dns_manifests(image: str) -> list[dict[str, Any]]:
                         "serviceAccountName": "coredns",
                         "priorityClassName": "system-cluster-critical",
                         "dnsPolicy": "Default",
-                        "nodeSelector": {REAL_NODE_LABEL: "real"},
+                        **REAL_NODE_PLACEMENT,
                         "containers": [container],
                         "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
                     },

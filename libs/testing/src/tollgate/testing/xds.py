@@ -23,6 +23,7 @@ from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
 from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
+from tollgate.testing.node import REAL_NODE_PLACEMENT
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
 
@@ -72,8 +73,8 @@ def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
 
 
 def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
-    """An Envoy pod whose bootstrap points at `xds` over ADS, with its admin API on the pod's address (port
-    ADMIN_PORT) for the test to read."""
+    """An Envoy pod on the real node whose bootstrap points at `xds` over ADS, with its admin API on the pod's
+    address (port ADMIN_PORT) for the test to read."""
     admin = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
     bootstrap = yaml.safe_dump({**ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=delta), "admin": admin})
     core.create_namespaced_config_map(
@@ -106,6 +107,7 @@ def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, label
                 }
             ],
             "volumes": [{"name": "bootstrap", "configMap": {"name": f"{name}-bootstrap"}}],
+            **REAL_NODE_PLACEMENT,
         },
     }
     core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
@@ -125,8 +127,8 @@ async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple
 
 
 async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
-    """The pod IP and container ID of the Envoy container of pod namespace/name once it runs and its pod is Ready
-    (a new container ID after a restart)."""
+    """The pod IP and container ID of the Envoy container of pod namespace/name once it runs, its pod is Ready and
+    its admin API (port ADMIN_PORT, which the bootstrap must open) answers (a new container ID after a restart)."""
 
     async def probe() -> tuple[str, str] | None:
         status = core.read_namespaced_pod(name, namespace).status
@@ -134,11 +136,15 @@ async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tu
             return None
         ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
         envoy = next((c for c in status.container_statuses or [] if c.name == "envoy"), None)
-        if ready and envoy is not None and envoy.state is not None and envoy.state.running is not None:
+        if not ready or envoy is None or envoy.state is None or envoy.state.running is None:
+            return None
+        admin_ready = f"http://{status.pod_ip}:{ADMIN_PORT}/ready"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session, session.get(admin_ready):
             return str(status.pod_ip), str(envoy.container_id)
-        return None
 
-    return await eventually(probe, f"the Envoy container of pod {namespace}/{name} to run", timeout=60)
+    return await eventually(
+        probe, f"the Envoy container of pod {namespace}/{name} to run", timeout=60, ignore=(aiohttp.ClientError,)
+    )
 
 
 async def kwok_pod(
@@ -174,6 +180,15 @@ async def kwok_pod(
     if cluster.real_node:
         cluster.node().add_address(ip)
     return ip
+
+
+def group_bootstrap_template() -> str:
+    """An LBServiceGroup `envoy-bootstrap`: ADS as the allocator's default, plus an admin API on the pod's address
+    (port ADMIN_PORT) for a test to read what the Envoy runs."""
+    template = ads_bootstrap("{xds_host}", 1)
+    template["node"] = {"id": "{node_id}", "cluster": "{cluster}"}
+    template["admin"] = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
+    return yaml.safe_dump(template).replace("port_value: 1\n", "port_value: {xds_port}\n")
 
 
 @contextlib.contextmanager

@@ -3,8 +3,9 @@ in the cluster's pod range is refused at admission naming the field, refused by 
 left behind, and, when it got past admission (webhook down), parked by the allocator and never served by Envoy. An
 Account narrowing its allowedEndpointRanges refuses an address that was allowed, there and then.
 
-The services run with the dev policy (tollgate.testing.cluster): the embedded cluster's pod (127.1.0.0/16) and Service
-(127.2.0.0/16) ranges denied, 127.77.0.0/16 (simulated remote nodes) carved out of loopback.
+The services run with the policy of the cluster with the real node (tollgate.testing.cluster): its pod
+(198.18.0.0/16) and Service (198.19.0.0/16) ranges and the node's address denied; simulated remote nodes are in
+192.0.2.64-192.0.2.191. The load balancer's Envoy is a container on the real node.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tollgate.testing.objects import Obj, remote_endpoint, with_value
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tls import TLSEndpoint, allocator_env, tls_endpoint
 from tollgate.testing.wait import eventually, wait_for
-from tollgate.testing.xds import admin, spare_loopback, start_xds, xds_settings
+from tollgate.testing.xds import admin, group_bootstrap_template, start_xds, xds_settings
 from tollgate.webhook.certs import generate
 from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
@@ -39,11 +40,11 @@ pytestmark = pytest.mark.e2e
 
 LABEL = "endpoint-addresses.tollgate.io/test"
 REACHABLE = "endpoints must be reachable remote addresses"
-# (field, value, what the refusal says): the loopback address, the metadata address, the dev cluster's pod range.
+# (field, value, what the refusal says): the loopback address, the metadata address, the cluster's pod range.
 REFUSED = [
     ("address", "127.0.0.1", f"127.0.0.1 is a loopback address; {REACHABLE}"),
     ("node-address", "169.254.169.254", "169.254.169.254 is a link-local address (169.254.0.0/16, where cloud"),
-    ("address", "127.1.0.5", "127.1.0.5 is in 127.1.0.0/16, a denied range (the cluster's own pod and Service"),
+    ("address", "198.18.0.5", "198.18.0.5 is in 198.18.0.0/16, a denied range (the cluster's own pod and Service"),
 ]
 
 
@@ -58,7 +59,8 @@ def tenant(cluster: EmbeddedCluster) -> Iterator[str]:
          "spec": {}},
         {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LBServiceGroup",
          "metadata": {"name": "web", "namespace": namespace},
-         "spec": {"envoy-image": "envoyproxy/envoy:v1.40.0", "envoy-replica-count": 1}},
+         "spec": {"envoy-image": "envoyproxy/envoy:v1.40.0", "envoy-replica-count": 1,
+                  "envoy-bootstrap": group_bootstrap_template()}},
     ]  # fmt: skip
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     yield name
@@ -134,7 +136,7 @@ def test_refused_at_admission_naming_the_field_and_narrowed_by_the_account(
     cluster: EmbeddedCluster, custom: client.CustomObjectsApi, webhook: str, tenant: str
 ) -> None:
     namespace = f"epic-{tenant}"
-    remote = spare_loopback()
+    remote = cluster.remote_address()
     probe = labelled(endpoint(namespace, "probe", "127.0.0.1"), webhook)
     wait_for(lambda: "loopback" in refusal(custom, probe), "the webhook configuration to be in force", timeout=30)
     for field, value, rule in REFUSED:
@@ -148,23 +150,23 @@ def test_refused_at_admission_naming_the_field_and_narrowed_by_the_account(
         "kind": "GWEndpointSlice",
         "metadata": {"name": "web-1", "namespace": namespace, "labels": {LABEL: webhook}},
         "spec": {"parentRef": {"name": "web", "uid": "web"}, "addressType": "IPv4", "ports": [{"port": 8080}],
-                 "endpoints": [{"addresses": ["169.254.169.254"]}], "nodeAddresses": {"n": "127.2.0.1"}},
+                 "endpoints": [{"addresses": ["169.254.169.254"]}], "nodeAddresses": {"n": "198.19.0.1"}},
     }  # fmt: skip
     message = refusal(custom, gw_slice)
     assert "spec.endpoints[0].addresses[0]: 169.254.169.254 is a link-local address" in message
-    assert "spec.nodeAddresses[n]: 127.2.0.1 is in 127.2.0.0/16, a denied range" in message
+    assert "spec.nodeAddresses[n]: 198.19.0.1 is in 198.19.0.0/16, a denied range" in message
 
-    narrow(cluster, tenant, ["127.77.0.0/24"], {LABEL: webhook})  # labelled: the webhook caches only its objects
-    outside = "127.77.1.5"
+    narrow(cluster, tenant, ["192.0.2.64/27"], {LABEL: webhook})  # labelled: the webhook caches only its objects
+    outside = "192.0.2.100"
     wait_for(
         lambda: (
-            f"outside Account {tenant}'s spec.allowedEndpointRanges (127.77.0.0/24)"
+            f"outside Account {tenant}'s spec.allowedEndpointRanges (192.0.2.64/27)"
             in refusal(custom, labelled(endpoint(namespace, "rep", outside), webhook))
         ),
         "the webhook to refuse an address outside the Account's ranges",
         timeout=30,
     )
-    assert refusal(custom, labelled(endpoint(namespace, "rep", "127.77.0.9"), webhook)) == "accepted"
+    assert refusal(custom, labelled(endpoint(namespace, "rep", "192.0.2.70"), webhook)) == "accepted"
     assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints")["items"] == []
 
 
@@ -174,12 +176,12 @@ def allocator(run_service: ServiceFactory, served: TLSEndpoint, **env: str) -> S
     return run_service("allocator", rbac=True, env=settings)
 
 
-def load_balancer(namespace: str) -> Obj:
+def load_balancer(cluster: EmbeddedCluster, namespace: str) -> Obj:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "LoadBalancer",
         "metadata": {"name": "edge", "namespace": namespace},
-        "spec": {"public-address": spare_loopback(), "service-group": "web",
+        "spec": {"public-address": cluster.public_addresses()[0], "service-group": "web",
                  "public-ports": [{"port": 5300, "protocol": "UDP", "targetPort": 5353}]},
     }  # fmt: skip
 
@@ -195,8 +197,8 @@ async def test_the_registration_api_refuses_with_invalid_argument_and_leaves_not
     namespace = f"epic-{tenant}"
     served = tls_endpoint(tmp_path / "allocator-tls")
     allocator(run_service, served)
-    create(custom, load_balancer(namespace))
-    remote = spare_loopback()
+    create(custom, load_balancer(cluster, namespace))
+    remote = cluster.remote_address()
     agent = agents.Agent.mint(core, tenant, served.ca_file)
     async with AllocatorClient(served.address, agent.token, agent.channel_credentials()) as api:
         for field, value, rule in REFUSED:
@@ -205,17 +207,17 @@ async def test_the_registration_api_refuses_with_invalid_argument_and_leaves_not
                 await api.register(tenant, "edge", address, 5353, "UDP", node_address=node)
             assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert raised.value.details().startswith(f"{field.replace('-', '_')}: {rule}"), raised.value.details()
-        narrow(cluster, tenant, ["127.77.0.0/24"])
+        narrow(cluster, tenant, ["192.0.2.64/27"])
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await api.register(tenant, "edge", "127.77.1.5", 5353, "UDP", node_address="127.77.0.1")
+            await api.register(tenant, "edge", "192.0.2.100", 5353, "UDP", node_address="192.0.2.71")
         assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert raised.value.details() == (
-            f"address: 127.77.1.5 is outside Account {tenant}'s spec.allowedEndpointRanges (127.77.0.0/24)"
+            f"address: 192.0.2.100 is outside Account {tenant}'s spec.allowedEndpointRanges (192.0.2.64/27)"
         )
         assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints")["items"] == []
         lb = cast(Obj, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "loadbalancers", "edge"))
         assert not (lb.get("status") or {}).get("gue-tunnel-endpoints"), "no tunnel for a refused endpoint"
-        accepted = await api.register(tenant, "edge", "127.77.0.5", 5353, "UDP", node_address="127.77.0.1")
+        accepted = await api.register(tenant, "edge", "192.0.2.70", 5353, "UDP", node_address="192.0.2.71")
         assert accepted.created and accepted.tunnel.tunnel_id > 0
 
 
@@ -229,10 +231,9 @@ def ready(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[st
 
 
 async def envoy_hosts(core: client.CoreV1Api, namespace: str) -> set[str] | None:
-    """The endpoint addresses the load balancer's live Envoy has in its clusters; None before it is live."""
+    """The endpoint addresses the load balancer's Envoy has in its clusters; None before its pod runs."""
     for pod in core.list_namespaced_pod(namespace, label_selector="epic.acnodal.io/load-balancer=edge").items:
-        condition = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None)
-        if condition is not None and condition.reason == "EnvoyLive":
+        if pod.status.phase == "Running" and pod.status.pod_ip:
             clusters = await admin(str(pod.status.pod_ip), "/clusters?format=json")
             return {
                 host["address"]["socket_address"]["address"]
@@ -248,21 +249,20 @@ async def test_an_endpoint_admitted_while_the_webhook_was_down_is_parked_and_not
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
     tenant: str,
     tmp_path: Path,
 ) -> None:
     namespace = f"epic-{tenant}"
-    xds_env = xds_settings()
+    xds_env = xds_settings(cluster.host_address)
     start_xds(run_service, xds_env)
     allocator(
         run_service,
         tls_endpoint(tmp_path / "allocator-tls"),
-        TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}",
+        TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"{cluster.host_address}:{xds_env['TOLLGATE_XDS_GRPC_PORT']}",
     )
-    good, node = spare_loopback(), spare_loopback()
+    good, node = cluster.remote_address(), cluster.remote_address()
     async with UDPEcho(good, 5353, name="good"):
-        create(custom, load_balancer(namespace))
+        create(custom, load_balancer(cluster, namespace))
         udp = {"port": 5353, "protocol": "UDP"}
         create(custom, endpoint(namespace, "good", good, port=udp, **{"node-address": node}))
         create(custom, endpoint(namespace, "loopback", "127.0.0.1", port=udp, **{"node-address": node}))

@@ -5,7 +5,6 @@ that a datagram sent to public-address:port reaches the endpoint."""
 from __future__ import annotations
 
 import json
-import random
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import spare_loopback, start_xds, xds_settings
+from tollgate.testing.xds import start_xds, xds_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -47,13 +46,14 @@ def load_balancer(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def account(cluster: EmbeddedCluster, custom: client.CustomObjectsApi) -> Iterator[tuple[str, str, str]]:
-    """A fresh account with a group `public` whose ServicePrefix has a pool of three loopback addresses."""
+def account(cluster: EmbeddedCluster, custom: client.CustomObjectsApi) -> Iterator[tuple[str, str, list[str]]]:
+    """A fresh account with a group `public` whose ServicePrefix has a pool of three public addresses; the account's
+    namespace, the prefix and the pool's addresses."""
     name = f"pub-{uuid.uuid4().hex[:6]}"
     namespace = f"epic-{name}"
     prefix = f"pool-{name}"
-    third = random.randint(1, 254)
-    pool = f"127.80.{third}.1-127.80.{third}.3"
+    addresses = cluster.public_addresses(3)
+    pool = f"{addresses[0]}-{addresses[-1]}"
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
     cluster.kubectl("create", "namespace", namespace)
     objects = [
@@ -67,7 +67,7 @@ def account(cluster: EmbeddedCluster, custom: client.CustomObjectsApi) -> Iterat
     ]  # fmt: skip
     for obj in objects:
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
-    yield namespace, prefix, f"127.80.{third}"
+    yield namespace, prefix, addresses
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
     cluster.kubectl("delete", "serviceprefix", prefix, "-n", SYSTEM_NAMESPACE, check=False)
 
@@ -90,9 +90,9 @@ async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_dele
     cluster: EmbeddedCluster,
     custom: client.CustomObjectsApi,
     run_service: ServiceFactory,
-    account: tuple[str, str, str],
+    account: tuple[str, str, list[str]],
 ) -> None:
-    namespace, prefix, net = account
+    namespace, prefix, pool = account
     first = allocator(run_service)
     for name in ("a", "b"):
         cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer(name, namespace)))
@@ -103,7 +103,7 @@ async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_dele
     allocator(run_service)
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("c", namespace)))
     c = await allocated(custom, namespace, "c")
-    assert sorted([a, b, c]) == [f"{net}.1", f"{net}.2", f"{net}.3"], "three load balancers, three addresses"
+    assert sorted([a, b, c]) == sorted(pool), "three load balancers, three addresses"
     allocations = get(custom, "serviceprefixes", SYSTEM_NAMESPACE, prefix)["status"]["allocations"]
     assert {address: owner["name"] for address, owner in allocations.items()} == {a: "a", b: "b", c: "c"}
     lb_a = get(custom, "loadbalancers", namespace, "a")
@@ -118,7 +118,7 @@ async def test_addresses_are_allocated_once_refused_when_taken_and_freed_on_dele
         return state if state.get("reason") == reason else None
 
     exhausted = await eventually(lambda: refused("d", "PublicAddressesExhausted"), "d to wait for an address")
-    assert exhausted["message"] == f"ServicePrefix {prefix}: every address of pool {net}.1-{net}.3 is allocated"
+    assert exhausted["message"] == f"ServicePrefix {prefix}: every address of pool {pool[0]}-{pool[-1]} is allocated"
     taken = await eventually(lambda: refused("e", "PublicAddressTaken"), "e's address to be refused")
     assert taken["message"] == f"spec.public-address: {a} is allocated to LoadBalancer {namespace}/a"
     assert condition(get(custom, "loadbalancers", namespace, "e"), "Ready")["status"] == "False"
@@ -138,17 +138,17 @@ async def test_a_datagram_to_the_public_address_reaches_the_endpoint(
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
     run_service: ServiceFactory,
-    supervisor: ServiceProcess,
-    account: tuple[str, str, str],
+    account: tuple[str, str, list[str]],
 ) -> None:
     namespace, _, _ = account
-    xds_env = xds_settings()
+    xds_env = xds_settings(cluster.host_address)
     start_xds(run_service, xds_env)
-    allocator(run_service, TOLLGATE_ALLOCATOR_XDS_ADDRESS=f"127.0.0.1:{xds_env['TOLLGATE_XDS_GRPC_PORT']}")
+    xds_address = f"{cluster.host_address}:{xds_env['TOLLGATE_XDS_GRPC_PORT']}"
+    allocator(run_service, TOLLGATE_ALLOCATOR_XDS_ADDRESS=xds_address)
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "lbservicegroups", "public", {"spec": {"envoy-replica-count": 1}}
     )
-    upstream, node = spare_loopback(), spare_loopback()
+    upstream, node = cluster.remote_address(), cluster.remote_address()
     async with UDPEcho(upstream, 5353, name="public-upstream"):
         body = load_balancer(
             "edge", namespace, **{"public-ports": [{"port": 5300, "protocol": "UDP", "targetPort": 5353}]}
