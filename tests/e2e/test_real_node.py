@@ -221,6 +221,29 @@ def test_nothing_leaves_the_machine_from_a_pod(real: RealCluster) -> None:
     assert unresolved.returncode != 0 and "gaierror" in unresolved.stderr, unresolved.stderr
 
 
+def test_the_watchdog_starts_a_killed_kubelet_kube_proxy_and_containerd_again_and_pods_keep_running(
+    real: RealCluster,
+) -> None:
+    real.apply(*envoy_pod("envoy-survivor"))
+    pod_ip = real.ready_pod("envoy-survivor")["status"]["podIP"]
+    cluster = real.cluster
+    killed = {name: cluster.node().pid(name) for name in ("containerd", "kubelet", "kube-proxy")}
+    for pid in killed.values():
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    assert http_get(f"http://{pod_ip}:9901/ready").strip() == "LIVE", "the container outlives the node's processes"
+
+    def restarted() -> bool:
+        running = cluster.pids()
+        return all(running.get(name) not in (None, pid) for name, pid in killed.items())
+
+    wait_for(restarted, "the watchdog to start the node's processes again", timeout=60)
+    assert cluster.restarts().keys() >= killed.keys() and all(cluster.restarts()[name] >= 1 for name in killed)
+    real.apply(*envoy_pod("envoy-after"))
+    real.ready_pod("envoy-after")
+    assert http_get(f"http://{pod_ip}:9901/ready").strip() == "LIVE"
+
+
 def test_cluster_down_leaves_the_host_as_it_found_it(real: RealCluster, host_before: dict[str, Any]) -> None:
     changed = node.host_fingerprint()
     assert changed != host_before, "the running node changes the host: this test would prove nothing"
@@ -239,6 +262,9 @@ def test_a_node_killed_midway_is_cleaned_up_by_the_next_start(
         real = RealCluster(killed)
         real.apply(*envoy_pod("envoy-orphan"))
         orphan_ip = real.ready_pod("envoy-orphan")["status"]["podIP"]
+        watchdog = killed.watchdog_pid()  # killed with the run, or it would start the node's processes again
+        assert watchdog is not None
+        os.kill(watchdog, signal.SIGKILL)
         for name in ("kubelet", "kube-proxy", "containerd"):
             pid = killed.node().pid(name)
             assert pid is not None

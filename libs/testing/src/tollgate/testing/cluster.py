@@ -29,7 +29,7 @@ from tollgate.models.addresses import EndpointPolicy
 from tollgate.runtime.logging import setup_logging
 from tollgate.testing import images, node
 from tollgate.testing.net import free_port
-from tollgate.testing.processes import alive, pid_in
+from tollgate.testing.processes import alive, pid_in, terminate
 from tollgate.testing.restarts import CrashLoop
 from tollgate.testing.tools import repo_root, tool
 
@@ -400,6 +400,7 @@ class EmbeddedCluster:
         if self.watchdog_pid() is not None:
             return
         args = ["--workdir", str(self.workdir), "--name", self.name, "--kubeconfig", str(self.kubeconfig)]
+        args += ["--real-node"] if self.real_node else []
         with (self.logs_dir() / "watchdog.log").open("ab") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tollgate.testing.cluster", "watch", *args],
@@ -412,13 +413,7 @@ class EmbeddedCluster:
 
     def _stop_watchdog(self) -> None:
         """Before kwokctl stops the components, or the watchdog would start them again."""
-        pid = self.watchdog_pid()
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        terminate(self._watchdog_pid_file(), timeout=30)
         self._watchdog_pid_file().unlink(missing_ok=True)
 
     def restarts(self) -> dict[str, int]:
@@ -436,7 +431,13 @@ class EmbeddedCluster:
 
     def restart_exited(self, exited: list[str]) -> dict[str, int]:
         """Start again the components that exited (kwokctl starts only those whose process is gone), keeping each
-        one's log of the exited run as <component>.log.1; the pids of those now running."""
+        one's log of the exited run as <component>.log.1, and the real node's processes that exited (their logs
+        go on); the pids of those now running."""
+        node_processes = [name for name in exited if name in self._node_processes()]
+        restarted = {name: self.node().restart(name) for name in node_processes}
+        exited = [name for name in exited if name not in node_processes]
+        if not exited:
+            return restarted
         for name in exited:
             current = self.logs_dir() / f"{name}.log"
             if current.exists():
@@ -445,14 +446,18 @@ class EmbeddedCluster:
         running = self.pids()
         if any(name not in running for name in exited):
             log.error("kwokctl start cluster failed (%d): %s", result.returncode, result.stderr[-2000:])
-        return {name: running[name] for name in exited if name in running}
+        return restarted | {name: running[name] for name in exited if name in running}
 
     def _pid_files(self) -> list[Path]:
         """One per component kwokctl started, named after its binary; left in place when the process exits."""
         return sorted((self.workdir / "clusters" / self.name / "pids").glob("*.pid"))
 
+    def _node_processes(self) -> list[str]:
+        return self.node().processes() if self.real_node and self.node().owned() else []
+
     def components(self) -> list[str]:
-        return [pid_file.stem for pid_file in self._pid_files()]
+        """kwokctl's components, and the real node's processes when this cluster runs it."""
+        return [pid_file.stem for pid_file in self._pid_files()] + self._node_processes()
 
     def pids(self) -> dict[str, int]:
         """The components running now, with their pids."""
@@ -461,6 +466,10 @@ class EmbeddedCluster:
             content = pid_file.read_text()
             if content.isdigit() and alive(int(content)):  # empty while kwokctl writes it
                 running[pid_file.stem] = int(content)
+        for name in self._node_processes():
+            pid = self.node().pid(name)
+            if pid is not None:
+                running[name] = pid
         return running
 
     def down(self) -> None:
@@ -472,9 +481,10 @@ class EmbeddedCluster:
 
 
 class ControlPlaneWatchdog:
-    """Keeps every process kwokctl started running, the way a kubelet keeps its static pods: one that exited is
-    started again after a CrashLoopBackOff delay (1 s, doubling per crash in a row, at most 30 s), and each
-    restart is logged with its count. kwokctl itself starts the components once and never looks again."""
+    """Keeps every process kwokctl started running, and the real node's containerd, kubelet and kube-proxy, the way
+    a kubelet keeps its static pods: one that exited is started again after a CrashLoopBackOff delay (1 s, doubling
+    per crash in a row, at most 30 s), and each restart is logged with its count. kwokctl itself starts the
+    components once and never looks again."""
 
     def __init__(self, cluster: EmbeddedCluster, interval: float = 1.0) -> None:
         self.cluster = cluster
@@ -541,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = dev_cluster(repo_root())
     if args.workdir is not None:
         cluster = EmbeddedCluster(args.name or cluster.name, args.workdir, args.kubeconfig or cluster.kubeconfig)
+    cluster.real_node = args.real_node
     if args.action == "watch":
         setup_logging("cluster-watchdog")
         stop = threading.Event()
@@ -548,7 +559,6 @@ def main(argv: list[str] | None = None) -> int:
         ControlPlaneWatchdog(cluster).run(stop)
         return 0
     if args.action == "up":
-        cluster.real_node = args.real_node
         try:
             seconds = cluster.up(args.nodes)
         except (ClusterError, node.NodeError) as error:

@@ -42,7 +42,7 @@ import yaml
 
 from tollgate.testing.images import PAUSE_REF, Built
 from tollgate.testing.net import free_port
-from tollgate.testing.processes import alive, pid_in
+from tollgate.testing.processes import pid_in, terminate
 from tollgate.testing.tools import ToolsMissingError, tool
 
 log = logging.getLogger("tollgate.testing.node")
@@ -407,12 +407,24 @@ class RealNode:
         wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m tollgate.testing.public_address\n")
         wrapper.chmod(0o755)
 
-    def _spawn(self, name: str, command: list[str]) -> None:
+    def _spawn(self, name: str, command: list[str]) -> int:
+        """Start one of the node's processes, detached; its command is kept beside its pid file for `restart`."""
         with self.log_file(name).open("ab") as out:
             process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
+        self.pid_file(name).with_suffix(".command").write_text(json.dumps(command))
         self.pid_file(name).write_text(str(process.pid))
+        return process.pid
+
+    def processes(self) -> list[str]:
+        """The node's processes this cluster started (containerd, kubelet, kube-proxy), running or not."""
+        return sorted(path.stem for path in (self.directory / "pids").glob("*.command"))
+
+    def restart(self, name: str) -> int:
+        """Start again, with the same command, one of the node's processes that exited; its new pid."""
+        command = json.loads(self.pid_file(name).with_suffix(".command").read_text())
+        return self._spawn(name, command)
 
     def _containerd_config(self) -> str:
         cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -636,18 +648,6 @@ def normalized_ref(ref: str) -> str:
     return ref
 
 
-def _stop_process(pid_file: Path, timeout: float = 20) -> None:
-    pid = pid_in(pid_file)
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-
-
 OWNER = STATE_DIR / "owner"
 
 
@@ -673,13 +673,13 @@ def claim_node(directory: Path, containerd_root: Path) -> None:
 def teardown(directory: Path, containerd_root: Path) -> None:
     """Stop the node's processes and every pod container, and put back every host setting it changed."""
     pids = directory / "pids"
-    _stop_process(pids / "kubelet.pid")
-    _stop_process(pids / "kube-proxy.pid")
+    terminate(pids / "kubelet.pid", timeout=20)
+    terminate(pids / "kube-proxy.pid", timeout=20)
     socket = SOCKET
     if pid_in(pids / "containerd.pid"):
         _remove_containers(socket)
         _remove_unrecorded_images(socket, containerd_root)
-    _stop_process(pids / "containerd.pid")
+    terminate(pids / "containerd.pid", timeout=20)
     _kill_shims()
     kill_pod_processes()
     unmount_under(str(directory), str(STATE_DIR), "/var/run/netns", "/run/netns", "/var/lib/kubelet")

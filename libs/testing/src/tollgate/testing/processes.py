@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 
@@ -18,3 +21,16 @@ def pid_in(pid_file: Path) -> int | None:
     """The pid a pid file names when that process runs; None when the file is missing, empty or stale."""
     content = pid_file.read_text().strip() if pid_file.exists() else ""
     return int(content) if content.isdigit() and alive(int(content)) else None
+
+
+def terminate(pid_file: Path, timeout: float) -> None:
+    """SIGTERM to the process a pid file names, if it runs; SIGKILL when it is still alive after `timeout` s."""
+    pid = pid_in(pid_file)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
