@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The host packages of the embedded node and of the image builds, from Debian's archive: containerd, runc, the CNI
-# plugins, iptables and conntrack (the node), docker.io and mmdebstrap (make images). Installs what is missing when
-# run as root on Debian or Ubuntu; elsewhere says in one line what is missing and what to use instead. Prints the
-# versions found, and which differ in major.minor from the tested ones (hack/versions.env).
+# plugins, iptables and conntrack (the node), docker.io, mmdebstrap and busybox-static (make images). Installs what
+# is missing when run as root on Debian or Ubuntu; elsewhere says in one line what is missing and what to use
+# instead. Prints the versions found, and which differ in major.minor from the tested ones (hack/versions.env).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -11,6 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins [iptables]=iptables
   [conntrack]=conntrack [dockerd]=docker.io [mmdebstrap]=mmdebstrap [ip]=iproute2
+  [/bin/busybox]=busybox-static
 )
 missing=()
 for binary in "${!package_of[@]}"; do

@@ -7,6 +7,7 @@
 #   kwok, kwokctl                                                     go install sigs.k8s.io/kwok/cmd/...
 #   helm                                                              go install helm.sh/helm/v3/cmd/helm
 #   coredns                                                           go install github.com/coredns/coredns (the node's DNS)
+#   crane                                                             go install github.com/google/go-containerregistry/cmd/crane
 #   tilt                                                              built from ../shared/vendor/tilt (offline source)
 # `hack/tools.sh jaeger` builds only Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, wrapper module hack/jaeger)
 # into the same directory: the trace backend of make dev and of the tracing e2e test. It is not part of the default
@@ -190,6 +191,7 @@ else
   go_install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION"
+  go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION"
   build_tilt
 fi
 log "ready: ${#cached[@]} cached (${cached[*]:-none}), $made built or installed, in $SECONDS s"

@@ -72,17 +72,32 @@ def every_envoy_synced(system: DevSystem) -> Callable[[], list[str] | None]:
     return probe
 
 
+def samples_completed(system: DevSystem) -> Callable[[], dict[str, str] | None]:
+    """The samples' Goops by name, once each one's phase is Completed."""
+
+    def probe() -> dict[str, str] | None:
+        listing = system.cluster.kubectl("get", "goops", "-n", "default", "-o", "json", check=False)
+        items = json.loads(listing.stdout)["items"] if listing.returncode == 0 else []
+        phases = {g["metadata"]["name"]: (g.get("status") or {}).get("phase", "") for g in items}
+        return phases if phases and set(phases.values()) == {"Completed"} else None
+
+    return probe
+
+
 def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> None:
     try:
         system.start()
         summary = wait_for(programmed_summary(system), "the dev-proof VirtualService to be Programmed", timeout=30)
         synced = wait_for(every_envoy_synced(system), "epicctl proxy-status to show every Envoy SYNCED", timeout=60)
+        # The samples' Goops run busybox (always pulled: the node's registry serves it) on the real node.
+        goops = wait_for(samples_completed(system), "the samples' Goops to complete", timeout=90)
         after_crash = crash_and_recover(system, "jobs")
     finally:
         processes = list(system.processes.values())
         system.stop()
         system.cluster.down()
     assert "dev-proxy.tollgate-dev" in synced, synced
+    assert sorted(goops) == ["goop-per-node", "goop-sample"], goops
     assert f"epicctl proxy-status --xds-url {system.xds_debug_url}" in summary, summary
     for service in ("webhook", "allocator", "xds", "routedip", "jobs"):
         assert f"  {service:<10} ready  restarts 0" in summary, summary

@@ -221,6 +221,27 @@ def test_nothing_leaves_the_machine_from_a_pod(real: RealCluster) -> None:
     assert unresolved.returncode != 0 and "gaierror" in unresolved.stderr, unresolved.stderr
 
 
+def test_a_latest_image_is_pulled_from_the_nodes_registry_and_never_from_docker_hub(real: RealCluster) -> None:
+    """A Goop's default image, `busybox` (so `latest`, always pulled), comes from the node's registry; an image that
+    registry lacks is not found there, and no other registry is tried."""
+    real.kubectl("run", "latest-busybox", "--image=busybox", "--restart=Never", "--", "sh", "-c", "echo pulled here")
+
+    def finished() -> dict[str, Any] | None:
+        pod = real.get("pod", "latest-busybox")
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    assert wait_for(finished, "the busybox pod to finish", 60)["status"]["phase"] == "Succeeded"
+    assert real.kubectl("logs", "latest-busybox").stdout == "pulled here\n"
+    real.kubectl("run", "latest-nginx", "--image=nginx", "--restart=Never")
+
+    def refused() -> list[str]:
+        events = real.get("events", "--field-selector", "involvedObject.name=latest-nginx,reason=Failed")["items"]
+        return [str(e["message"]) for e in events if "docker.io/library/nginx:latest" in e["message"]]
+
+    (message, *_) = wait_for(refused, "the nginx pull to fail", 60)
+    assert message.endswith("docker.io/library/nginx:latest: not found"), message
+
+
 def test_the_watchdog_starts_a_killed_kubelet_kube_proxy_and_containerd_again_and_pods_keep_running(
     real: RealCluster,
 ) -> None:

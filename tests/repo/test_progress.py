@@ -35,6 +35,7 @@ TOOLS = [
     "kwokctl",
     "helm",
     "coredns",
+    "crane",
 ]
 SYSTEM_PATH = "/usr/bin:/bin"  # without Go, and without the tools cache
 TOOLS_LINE = re.compile(r"^tools: \[ *\d+ s\] ")

