@@ -168,22 +168,24 @@ def pause_image() -> Image:
     return Image(PAUSE_REF, f"{directory}/Dockerfile", (directory,), context=directory, prepare=build_pause_binary)
 
 
+def binary_image(ref: str, name: str, binary: Callable[[], Path], version: tuple[str, str]) -> Image:
+    """An image of one static binary on `scratch` (hack/images/<name>): `binary()` is copied into the context as
+    <name>; `version` (build argument, value) stands for the binary in the key."""
+    directory = f"hack/images/{name}"
+
+    def copy_binary() -> None:
+        shutil.copy2(binary(), repo_root() / directory / name)
+
+    return Image(
+        ref, f"{directory}/Dockerfile", (directory,), args=dict([version]), context=directory, prepare=copy_binary
+    )
+
+
 def coredns_image() -> Image:
     """Cluster DNS of the embedded node, from the CoreDNS binary `make tools` builds (its version is the key)."""
     version = versions()["COREDNS_VERSION"]
-    directory = "hack/images/coredns"
-
-    def copy_binary() -> None:
-        shutil.copy2(tool("coredns"), repo_root() / directory / "coredns")
-
-    ref = f"localhost/tollgate/coredns:{version}"
-    return Image(
-        ref,
-        f"{directory}/Dockerfile",
-        (directory,),
-        args={"COREDNS_VERSION": version},
-        context=directory,
-        prepare=copy_binary,
+    return binary_image(
+        f"localhost/tollgate/coredns:{version}", "coredns", lambda: tool("coredns"), ("COREDNS_VERSION", version)
     )
 
 
@@ -193,24 +195,16 @@ BUSYBOX_BINARY = Path("/bin/busybox")  # Debian's busybox-static (make node-pack
 
 def busybox_image() -> Image:
     """A Goop's default worker image, from Debian's static busybox (its package version is in the key)."""
-    directory = "hack/images/busybox"
     version = subprocess.run(
         ["dpkg-query", "-W", "-f", "${Version}", "busybox-static"], capture_output=True, text=True, check=False
     ).stdout.strip()
 
-    def copy_binary() -> None:
+    def binary() -> Path:
         if not BUSYBOX_BINARY.exists():
             raise ToolsMissingError(f"no {BUSYBOX_BINARY} for the busybox image: make node-packages (busybox-static)")
-        shutil.copy2(BUSYBOX_BINARY, repo_root() / directory / "busybox")
+        return BUSYBOX_BINARY
 
-    return Image(
-        BUSYBOX_REF,
-        f"{directory}/Dockerfile",
-        (directory,),
-        args={"BUSYBOX_VERSION": version},
-        context=directory,
-        prepare=copy_binary,
-    )
+    return binary_image(BUSYBOX_REF, "busybox", binary, ("BUSYBOX_VERSION", version))
 
 
 @dataclass
