@@ -97,7 +97,9 @@ spec:
             path: /readyz
             port: health
           {{- end }}
-          periodSeconds: 5
+          # Each second: a new pod takes traffic (a Service's endpoints, a rollout's next step) a moment after
+          # its service is ready, not up to a period later (docs/real-node.md has the figures).
+          periodSeconds: 1
         resources:
           {{- toYaml .Values.resources | nindent 10 }}
         securityContext:
