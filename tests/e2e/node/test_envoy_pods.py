@@ -11,13 +11,13 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL
+from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.testing import node
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.envoy import static_cluster, tcp_proxy_listener, udp_proxy_listener
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import running_envoy
+from tollgate.testing.xds import POD_ADMIN, running_envoy
 
 UDP_PORT, TCP_PORT = 5300, 5301
 
@@ -48,7 +48,7 @@ async def test_envoy_pod_proxies_udp_and_tcp_and_restarts_after_a_crash(
     upstream = cluster.remote_address()
     async with UDPEcho(upstream, name="udp-echo") as udp_echo, TCPEcho(upstream, name="tcp-echo") as tcp_echo:
         bootstrap = {
-            "admin": {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}},
+            "admin": POD_ADMIN,
             "static_resources": {
                 "listeners": [
                     udp_proxy_listener("udp", "0.0.0.0", UDP_PORT, "udp-echo"),

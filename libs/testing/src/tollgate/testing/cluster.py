@@ -433,8 +433,8 @@ class EmbeddedCluster:
         """Start again the components that exited (kwokctl starts only those whose process is gone), keeping each
         one's log of the exited run as <component>.log.1, and the real node's processes that exited (their logs
         go on); the pids of those now running."""
-        node_processes = [name for name in exited if name in self._node_processes()]
-        restarted = {name: self.node().restart(name) for name in node_processes}
+        node_processes = set(self._node_processes())
+        restarted = {name: self.node().restart(name) for name in exited if name in node_processes}
         exited = [name for name in exited if name not in node_processes]
         if not exited:
             return restarted

@@ -78,7 +78,7 @@ REGISTRY_IMAGES = (BUSYBOX_REF,)
 REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "value": "real", "effect": "NoSchedule"}
 REAL_NODE_PLACEMENT = {
     "nodeSelector": {REAL_NODE_LABEL: "real"},
-    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "real", "effect": "NoSchedule"}],
+    "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
 }
 
 # The host settings a kubelet, the bridge plugin or kube-proxy change, restored at teardown.

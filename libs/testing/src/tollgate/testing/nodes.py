@@ -52,9 +52,9 @@ HOLD_POLICY_OBJECTS = [
 ]
 
 
-def is_ready(node: client.V1Node) -> bool:
-    """Whether the node's Ready condition is True."""
-    status = node.status
+def is_ready(obj: client.V1Node | client.V1Pod) -> bool:
+    """Whether the node's (or pod's) Ready condition is True."""
+    status = obj.status
     return status is not None and any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import subprocess
 import sys
 import urllib.request
@@ -24,17 +23,14 @@ from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.node import REAL_NODE_PLACEMENT
+from tollgate.testing.nodes import is_ready
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import eventually
 
 GROUP, VERSION, PLURAL = "servicemesh.l7mp.io", "v1", "virtualservices"
 ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"
-
-
-def spare_loopback() -> str:
-    """An address in 127.77.0.0/16 (REMOTE_CIDR), outside the pod CIDRs, which the dev endpoint policy allows: for
-    endpoints that are not pods."""
-    return f"127.77.{random.randint(1, 254)}.{random.randint(1, 254)}"
+# Envoy's admin API on every address of its pod, where a test reads it (the allocator's default bootstrap has none).
+POD_ADMIN = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
 
 
 @dataclass
@@ -75,8 +71,7 @@ def start_xds(run_service: ServiceFactory, env: dict[str, str]) -> Xds:
 def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, labels: dict[str, str], delta: bool) -> None:
     """An Envoy pod on the real node whose bootstrap points at `xds` over ADS, with its admin API on the pod's
     address (port ADMIN_PORT) for the test to read."""
-    admin = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
-    bootstrap = yaml.safe_dump({**ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=delta), "admin": admin})
+    bootstrap = yaml.safe_dump({**ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=delta), "admin": POD_ADMIN})
     core.create_namespaced_config_map(
         namespace,
         client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{name}-bootstrap"), data={"envoy.yaml": bootstrap}),
@@ -113,30 +108,17 @@ def envoy_pod(core: client.CoreV1Api, namespace: str, name: str, xds: Xds, label
     core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
 
 
-async def live_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
-    """The pod IP and Ready message ("pid N") once its Envoy runs."""
-
-    async def probe() -> tuple[str, str] | None:
-        status = core.read_namespaced_pod(name, namespace).status
-        ready = next((c for c in (status and status.conditions) or [] if c.type == "Ready"), None)
-        if status is not None and ready is not None and ready.reason == "EnvoyLive":
-            return str(status.pod_ip), str(ready.message)
-        return None
-
-    return await eventually(probe, f"the Envoy of pod {namespace}/{name} to be live", timeout=60)
-
-
 async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, str]:
     """The pod IP and container ID of the Envoy container of pod namespace/name once it runs, its pod is Ready and
     its admin API (port ADMIN_PORT, which the bootstrap must open) answers (a new container ID after a restart)."""
 
     async def probe() -> tuple[str, str] | None:
-        status = core.read_namespaced_pod(name, namespace).status
-        if status is None or not status.pod_ip:
+        pod = core.read_namespaced_pod(name, namespace)
+        status = pod.status
+        if status is None or not status.pod_ip or not is_ready(pod):
             return None
-        ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
         envoy = next((c for c in status.container_statuses or [] if c.name == "envoy"), None)
-        if not ready or envoy is None or envoy.state is None or envoy.state.running is None:
+        if envoy is None or envoy.state is None or envoy.state.running is None:
             return None
         admin_ready = f"http://{status.pod_ip}:{ADMIN_PORT}/ready"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session, session.get(admin_ready):
@@ -167,14 +149,8 @@ async def kwok_pod(
     )
 
     async def ready() -> str | None:
-        status = core.read_namespaced_pod(name, namespace).status
-        if status is None or not status.pod_ip:
-            return None
-        return (
-            str(status.pod_ip)
-            if any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-            else None
-        )
+        pod = core.read_namespaced_pod(name, namespace)
+        return str(pod.status.pod_ip) if pod.status is not None and pod.status.pod_ip and is_ready(pod) else None
 
     ip = await eventually(ready, f"pod {name} to be Ready", timeout=30)
     if cluster.real_node:
@@ -187,7 +163,7 @@ def group_bootstrap_template() -> str:
     (port ADMIN_PORT) for a test to read what the Envoy runs."""
     template = ads_bootstrap("{xds_host}", 1)
     template["node"] = {"id": "{node_id}", "cluster": "{cluster}"}
-    template["admin"] = {"address": {"socket_address": {"address": "0.0.0.0", "port_value": ADMIN_PORT}}}
+    template["admin"] = POD_ADMIN
     return yaml.safe_dump(template).replace("port_value: 1\n", "port_value: {xds_port}\n")
 
 
