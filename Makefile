@@ -75,15 +75,17 @@ TEST_SUITES := $(shell sed -n 's/^testpaths = \[\(.*\)\]/\1/p' pyproject.toml | 
 
 .PHONY: test
 test: ## lint, unit and end-to-end tests (the end-to-end suite starts its own cluster)
-	@start=$$SECONDS; \
-	for step in "lint: ruff, mypy, generated files" "tools: the control-plane binaries" "charts: the library chart" \
-	    "images: the images, and the node's Debian packages"; do \
-	  echo "make test: [$$((SECONDS - start)) s] $$step"; $(MAKE) --no-print-directory $${step%%:*}; \
-	  if [ "$${step%%:*}" = tools ]; then \
-	    echo "make test: [$$((SECONDS - start)) s] jaeger: building in the background (log .dev/jaeger-build.log)"; \
-	    mkdir -p .dev; hack/tools.sh jaeger >.dev/jaeger-build.log 2>&1 & \
-	  fi; \
-	done; \
+	@start=$$SECONDS; mkdir -p .dev; \
+	echo "make test: [$$((SECONDS - start)) s] lint: ruff, mypy, generated files"; $(MAKE) --no-print-directory lint; \
+	echo "make test: [$$((SECONDS - start)) s] images: building in the background beside the tools (log .dev/images.log)"; \
+	$(MAKE) --no-print-directory images >.dev/images.log 2>&1 & images=$$!; \
+	echo "make test: [$$((SECONDS - start)) s] tools: the control-plane binaries"; $(MAKE) --no-print-directory tools; \
+	echo "make test: [$$((SECONDS - start)) s] jaeger: building in the background (log .dev/jaeger-build.log)"; \
+	hack/tools.sh jaeger >.dev/jaeger-build.log 2>&1 & \
+	echo "make test: [$$((SECONDS - start)) s] charts: the library chart"; $(MAKE) --no-print-directory charts; \
+	echo "make test: [$$((SECONDS - start)) s] images: waiting for the background build"; \
+	if ! wait $$images; then tail -n 60 .dev/images.log; echo "make test: make images failed (.dev/images.log)"; exit 2; fi; \
+	tail -n 12 .dev/images.log; \
 	echo "make test: [$$((SECONDS - start)) s] pytest over $(TEST_SUITES), in that order" \
 	  "(tests marked e2e start the embedded cluster; a file's name is printed as its tests run)"; \
 	$(RUN) pytest; \

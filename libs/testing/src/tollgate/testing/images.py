@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tollgate.testing.tools import ToolsMissingError, repo_root, tool, versions
+from tollgate.testing.tools import ToolsMissingError, built_tool, repo_root, versions
 
 log = logging.getLogger("tollgate.testing.images")
 
@@ -185,7 +185,7 @@ def coredns_image() -> Image:
     """Cluster DNS of the embedded node, from the CoreDNS binary `make tools` builds (its version is the key)."""
     version = versions()["COREDNS_VERSION"]
     return binary_image(
-        f"localhost/tollgate/coredns:{version}", "coredns", lambda: tool("coredns"), ("COREDNS_VERSION", version)
+        f"localhost/tollgate/coredns:{version}", "coredns", lambda: built_tool("coredns"), ("COREDNS_VERSION", version)
     )
 
 
@@ -259,7 +259,8 @@ def docker_engine() -> Iterator[Docker]:
     state = cache_dir() / "engine"
     state.mkdir(parents=True, exist_ok=True)
     config = state / "daemon.json"
-    config.write_text(json.dumps(ENGINE_CONFIG))
+    # Its images and build cache under the tollgate cache too, not in /var/lib/docker: what a cold cache builds.
+    config.write_text(json.dumps({**ENGINE_CONFIG, "data-root": str(state / "data")}))
     log.info("starting dockerd (config %s, log %s)", config, state / "dockerd.log")
     with (state / "dockerd.log").open("ab") as out:
         process = subprocess.Popen(
@@ -409,7 +410,8 @@ def _docker_build(docker: Docker, image: Image, base: str, ca_bundle: Path | Non
 
 
 def all_images(prefix: str, tag: str) -> list[Image]:
-    return [pause_image(), coredns_image(), busybox_image(), envoy_image(), *service_images(prefix, tag)]
+    # CoreDNS last: its binary comes from make tools, which make test runs beside this build.
+    return [pause_image(), busybox_image(), envoy_image(), *service_images(prefix, tag), coredns_image()]
 
 
 DEFAULT_PREFIX, DEFAULT_TAG = "ghcr.io/tollgate/", "dev"  # the Makefile's IMG_PREFIX and IMAGE_TAG

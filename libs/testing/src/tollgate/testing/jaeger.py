@@ -18,19 +18,12 @@ from typing import IO, Any
 import yaml
 
 from tollgate.testing.net import free_port
-from tollgate.testing.tools import ToolsMissingError, repo_root, tools_bin
+from tollgate.testing.tools import built_tool
 from tollgate.testing.wait import wait_for
 
 
 def jaeger_binary() -> Path:
-    path = tools_bin() / "jaeger"
-    if not path.exists():
-        build = subprocess.run(
-            [str(repo_root() / "hack" / "tools.sh"), "jaeger"], capture_output=True, text=True, check=False
-        )
-        if build.returncode != 0 or not path.exists():
-            raise ToolsMissingError(f"jaeger not found in {tools_bin()} and `make jaeger` failed:\n{build.stderr}")
-    return path
+    return built_tool("jaeger", "jaeger")
 
 
 def config(otlp_port: int, query_port: int, query_grpc_port: int) -> dict[str, Any]:

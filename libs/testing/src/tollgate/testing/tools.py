@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -54,6 +55,19 @@ def tool(name: str) -> Path:
     if path.exists() and os.access(path, os.X_OK):
         return path
     raise ToolsMissingError(f"{name} not found in {tools_bin()}: run `make tools`")
+
+
+def built_tool(name: str, *tool_set: str) -> Path:
+    """One binary of `hack/tools.sh [tool_set]`, built when missing: a build already running (make test starts some in
+    the background) is waited for under its lock, and then finds it built."""
+    path = tools_bin() / name
+    if not path.exists():
+        build = subprocess.run(
+            [str(repo_root() / "hack" / "tools.sh"), *tool_set], capture_output=True, text=True, check=False
+        )
+        if build.returncode != 0 or not path.exists():
+            raise ToolsMissingError(f"{name} not found in {tools_bin()} and hack/tools.sh failed:\n{build.stderr}")
+    return path
 
 
 def envoy_binary() -> Path:
