@@ -121,3 +121,11 @@ def test_a_refusal_says_who_refused_and_exits_with_its_code() -> None:
     forbidden = xdsdebug._refusal(403, '{"kind": "Status", "message": "pods \\"xds-0\\" is forbidden"}', "xds ns/xds-0")
     assert forbidden.code == Exit.DENIED and "the API server refused (403)" in str(forbidden)
     assert xdsdebug._refusal(503, "no endpoints", "xds ns/xds-0").code == Exit.UNREACHABLE
+    refused = (
+        '{"kind": "Status", "message": "error trying to reach service: dial tcp 198.18.0.6:8081: connect: '
+        'connection refused", "code": 503}'
+    )
+    closed = xdsdebug._refusal(503, refused, "xds ns/xds-0")
+    assert closed.code == Exit.UNREACHABLE
+    assert str(closed).endswith("connection refused" + xdsdebug.REFUSED_HINT), str(closed)
+    assert "debugApi.service=true" in str(closed)

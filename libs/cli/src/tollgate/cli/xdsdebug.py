@@ -43,6 +43,13 @@ class Replica:
     get: Callable[[str], Any]
 
 
+# A pod that refuses its debug port: the xds chart serves the debug API on the pod's loopback unless told otherwise.
+REFUSED_HINT = (
+    "; the debug API listens on the pod's loopback unless the xds chart sets debugApi.service=true "
+    "(or: kubectl port-forward to it, then --xds-url)"
+)
+
+
 def _refusal(status: int, body: str, where: str) -> CommandError:
     """The debug API's own refusal (FastAPI's `detail`), else the API server's (a Status `message`)."""
     try:
@@ -55,7 +62,10 @@ def _refusal(status: int, body: str, where: str) -> CommandError:
         return CommandError(f"{where}: the debug API refused ({status}): {detail}", codes.get(status, Exit.ERROR))
     message = parsed.get("message", body) if isinstance(parsed, dict) else body
     if status in (502, 503, 504) or "address not allowed" in str(message):
-        return CommandError(f"{where}: unreachable through the API server ({status}): {message}", Exit.UNREACHABLE)
+        hint = REFUSED_HINT if "connection refused" in str(message) else ""
+        return CommandError(
+            f"{where}: unreachable through the API server ({status}): {message}{hint}", Exit.UNREACHABLE
+        )
     codes = {401: Exit.DENIED, 403: Exit.DENIED, 404: Exit.NOT_FOUND}
     return CommandError(f"{where}: the API server refused ({status}): {message}", codes.get(status, Exit.ERROR))
 
