@@ -80,9 +80,12 @@ def spans_by_service(trace: dict[str, Any]) -> list[tuple[str, str, dict[str, An
 
 
 def creation_trace(system: DevSystem) -> dict[str, Any] | None:
-    """The trace with the allocator's reconcile of LB and an xds push to LB's Envoy that the Envoy ACKed."""
+    """The trace with the webhook's admission, the allocator's reconcile of LB and an xds push to LB's Envoy that the
+    Envoy ACKed. Each service exports its spans on its own batch timer (5 s), so the trace is complete in Jaeger only
+    once all three have."""
     for trace in system.jaeger.traces("tollgate-allocator"):
         spans = spans_by_service(trace)
+        admitted = any(service == "tollgate-webhook" for service, _, _ in spans)
         reconciled = any(
             (service, operation) == ("tollgate-allocator", "reconcile LoadBalancer") and span_tags.get("name") == LB
             for service, operation, span_tags in spans
@@ -92,7 +95,7 @@ def creation_trace(system: DevSystem) -> dict[str, Any] | None:
             for service, operation, span_tags in spans
             if service == "tollgate-xds" and str(span_tags.get("xds.node", "")).startswith(f"{LB}-envoy-")
         }
-        if reconciled and {"xds.push", "xds.ack"} <= to_envoy:
+        if admitted and reconciled and {"xds.push", "xds.ack"} <= to_envoy:
             return trace
     return None
 
