@@ -1,15 +1,18 @@
 """epicctl against the embedded cluster, found as kubectl finds it: ~/.kube/config with no KUBECONFIG, --context
 between a live and a dead cluster, KUBECONFIG lists merged as kubectl merges them, an exit code for each kind of
-failure, the deprecated -n, and every -o format. No service runs: epicctl reads and writes the objects itself."""
+failure, the deprecated -n, every -o format, and the REST API users (create|delete user) written by concurrent
+epicctls. No service runs: epicctl reads and writes the objects itself."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +22,12 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tollgate.cli import apiusers
 from tollgate.cli.epicctl import DEPRECATED_N
 from tollgate.cli.epicctl import main as epicctl_main
-from tollgate.models.epic import GROUP, VERSION
+from tollgate.models.epic import API_USERS_KEY, API_USERS_SECRET, GROUP, VERSION
+from tollgate.runtime import htpasswd
+from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.net import free_port
 from tollgate.testing.rbac import render_chart
@@ -219,3 +225,142 @@ def test_completion_offers_the_kubeconfig_contexts_and_the_cluster_accounts(acco
     assert account in candidates("get", "lb", "-a", account[:6])
     assert candidates("get", "lb", "-a", account) == [account]
     assert candidates("--context", DEAD, "get", "lb", "-a", "") == [], "no cluster, no candidates, no error"
+
+
+def api_users(core: client.CoreV1Api, account: str) -> dict[str, str]:
+    """The account's REST API users and their hashes, as the allocator reads them."""
+    secret = core.read_namespaced_secret(API_USERS_SECRET, f"epic-{account}")
+    return htpasswd.parse(base64.b64decode(secret.data[API_USERS_KEY]).decode())
+
+
+def test_create_user_writes_verifiable_bcrypt_lines_keeping_the_other_users(
+    account: str, core: client.CoreV1Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password_file = tmp_path / "password"
+    password_file.write_text("alice-secret\n")
+    made = epicctl("create", "user", "alice", "-a", account, "--password-file", str(password_file))
+    assert (made.returncode, made.stdout, made.stderr) == (0, f"API user alice of account {account}: created\n", "")
+    secret = core.read_namespaced_secret(API_USERS_SECRET, f"epic-{account}")
+    assert secret.type == "Opaque"
+    assert secret.metadata.labels["app.kubernetes.io/managed-by"] == "epicctl"
+    assert secret.metadata.annotations == apiusers.ANNOTATIONS, "as EPIC makes it, for Contour's authserver"
+    first = api_users(core, account)
+    assert first["alice"].startswith("$2b$12$") and htpasswd.verify(first["alice"], "alice-secret")
+
+    # EPIC's own syntax, `create api-user USERNAME ACCOUNT`, with the password and its confirmation piped on stdin.
+    monkeypatch.setattr(sys, "stdin", io.StringIO("bob-secret\nbob-secret\n"))
+    bob = epicctl("create", "api-user", "bob", account)
+    assert (bob.returncode, bob.stdout) == (0, f"API user bob of account {account}: created\n"), bob.stderr
+    both = api_users(core, account)
+    assert both["alice"] == first["alice"], "the first user's line is kept as it was"
+    assert htpasswd.verify(both["bob"], "bob-secret")
+
+    password_file.write_text("alice-new-secret\n")
+    again = epicctl("create", "user", "alice", "-a", account, "--password-file", str(password_file))
+    assert (again.returncode, again.stdout) == (0, f"API user alice of account {account}: password replaced\n")
+    replaced = api_users(core, account)
+    assert list(replaced) == ["alice", "bob"] and replaced["bob"] == both["bob"]
+    assert htpasswd.verify(replaced["alice"], "alice-new-secret")
+    assert not htpasswd.verify(replaced["alice"], "alice-secret")
+
+    removed = epicctl("delete", "user", "alice", "-a", account)
+    assert (removed.returncode, removed.stdout) == (0, f"API user alice of account {account}: deleted\n")
+    gone = epicctl("delete", "user", "alice", account)
+    assert (gone.returncode, gone.stdout) == (0, f"API user alice of account {account}: not there, nothing to delete\n")
+    assert api_users(core, account) == {"bob": both["bob"]}
+
+
+def test_create_user_refuses_bad_input_and_unknown_accounts_writing_nothing(
+    account: str, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    password_file = tmp_path / "password"
+    password_file.write_text("long-enough\n")
+    bad_name = epicctl("create", "user", "a:b", "-a", account, "--password-file", str(password_file))
+    assert bad_name.returncode == 2
+    assert "Invalid value for 'USERNAME': username: 'a:b' contains ':'" in bad_name.stderr
+
+    password_file.write_text("short\n")
+    short = epicctl("create", "user", "alice", "-a", account, "--password-file", str(password_file))
+    assert short.returncode == 2
+    assert "Invalid value for password: password: at least 6 characters, got 5" in short.stderr
+
+    password_file.write_text("long-enough\n")
+    unknown = epicctl("create", "user", "alice", "-a", f"{account}-none", "--password-file", str(password_file))
+    assert (unknown.returncode, unknown.stdout) == (3, "")
+    assert unknown.stderr == (
+        f"epicctl: account: no account '{account}-none' (no Account epic-{account}-none/{account}-none); "
+        f"`epicctl create user-namespace {account}-none` makes one\n"
+    )
+    assert epicctl("delete", "user", "alice", "-a", f"{account}-none").returncode == 3
+    for namespace in (f"epic-{account}", f"epic-{account}-none"):
+        with pytest.raises(client.ApiException) as missing:
+            core.read_namespaced_secret(API_USERS_SECRET, namespace)
+        assert missing.value.status == 404
+
+    edited = {"auth": "bob:$2b$04$bob\nnot a user line\n"}
+    core.create_namespaced_secret(
+        f"epic-{account}", client.V1Secret(metadata=client.V1ObjectMeta(name=API_USERS_SECRET), string_data=edited)
+    )
+    garbled = epicctl("create", "user", "alice", "-a", account, "--password-file", str(password_file))
+    assert (garbled.returncode, garbled.stderr) == (
+        1, f"epicctl: Secret epic-{account}/api-users, key auth: line 2: not `user:hash`; fix it with kubectl edit\n"
+    )  # fmt: skip
+    kept = core.read_namespaced_secret(API_USERS_SECRET, f"epic-{account}").data[API_USERS_KEY]
+    assert base64.b64decode(kept).decode() == edited["auth"], "the line is not dropped: nothing was written"
+
+
+class RacingCore(client.CoreV1Api):
+    """A writer's client whose first read of the Secret returns only once every writer has read it (so they all
+    race), and which counts the writes refused with 409."""
+
+    def __init__(self, api: client.ApiClient, read_together: threading.Barrier, conflicts: list[int]) -> None:
+        super().__init__(api)
+        self.read_together, self.conflicts, self.reads = read_together, conflicts, 0
+
+    def read_namespaced_secret(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_namespaced_secret(*args, **kwargs)
+        finally:
+            self.reads += 1
+            if self.reads == 1:
+                self.read_together.wait(30)
+
+    def create_namespaced_secret(self, *args: Any, **kwargs: Any) -> Any:
+        return self._counted(super().create_namespaced_secret, *args, **kwargs)
+
+    def replace_namespaced_secret(self, *args: Any, **kwargs: Any) -> Any:
+        return self._counted(super().replace_namespaced_secret, *args, **kwargs)
+
+    def _counted(self, write: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return write(*args, **kwargs)
+        except client.ApiException as error:
+            if error.status == 409:
+                self.conflicts.append(409)
+            raise
+
+
+def test_concurrent_create_users_lose_no_line(cluster: EmbeddedCluster, account: str, core: client.CoreV1Api) -> None:
+    """Writers that all read the account's Secret absent: one creates it, the others are refused (409 AlreadyExists)
+    and read it again, then race each other's replaces (409 Conflict); every user ends up in it."""
+    users = [f"agent-{n}" for n in range(8)]
+    hashes = {user: htpasswd.hash_password(f"{user}-secret", rounds=4) for user in users}
+    read_together = threading.Barrier(len(users))
+    conflicts: list[int] = []
+    failures: list[BaseException] = []
+
+    def create(user: str) -> None:
+        own = RacingCore(api_client(cluster.kubeconfig), read_together, conflicts)
+        try:
+            apiusers.set_user(own, account, user, hashes[user])
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=create, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    assert len(conflicts) >= len(users) - 1, "all but one writer lost the race to create the Secret"
+    assert api_users(core, account) == hashes

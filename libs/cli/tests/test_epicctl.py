@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tollgate.cli import epicctl, render
+from tollgate.cli import apiusers, epicctl, render
 from tollgate.cli.exits import MEANINGS
 from tollgate.models.epic import LoadBalancer
 from tollgate.testing.tools import repo_root
@@ -172,3 +172,33 @@ def test_version_client_asks_nothing_of_the_cluster(capsys: pytest.CaptureFixtur
 
 def epicctl_script() -> Path:
     return Path(sys.executable).with_name("epicctl")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["create", "user", "a:b", "-a", "acme"], "Invalid value for 'USERNAME': username: 'a:b' contains ':'"),
+     (["create", "api-user", "a b", "acme"], "Invalid value for 'USERNAME': username: 'a b' contains whitespace"),
+     (["delete", "user", "", "-a", "acme"], "Invalid value for 'USERNAME': username: must not be empty"),
+     (["create", "user", "alice"], "name the account: -a ACCOUNT (or USERNAME ACCOUNT"),
+     (["create", "user", "alice", "acme", "-a", "other"], "ACCOUNT acme and -a other name different accounts")],
+)  # fmt: skip
+def test_a_bad_api_user_command_line_is_refused_before_the_cluster_is_asked(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No kubeconfig is needed to refuse it (the nonexistent one would be exit 8)."""
+    assert epicctl.main([*argv, "--kubeconfig", "/nonexistent/kubeconfig"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "password"),
+    [("s3cret pass\n", "s3cret pass"), ("s3cret\r\n", "s3cret"), ("s3cret\ns3cret\n", "s3cret"),
+     ("s3cret\n\n", "s3cret"), ("", "")],
+)  # fmt: skip
+def test_a_password_file_or_piped_stdin_holds_the_password_on_its_first_line(text: str, password: str) -> None:
+    assert apiusers.password_from_text(text) == password
+
+
+def test_a_second_line_that_is_not_the_password_again_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^password: the input's lines differ"):
+        apiusers.password_from_text("s3cret\ns3creT\n")

@@ -1,6 +1,7 @@
 """`epicctl`: user namespaces, accounts, load balancers and tunnels of an EPIC system, with kubectl's habits.
 
     epicctl create user-namespace NAME
+    epicctl create|delete user USERNAME -a ACCOUNT [--password-file FILE]
     epicctl credentials create|rotate ACCOUNT [--token-file FILE]
     epicctl get accounts | loadbalancers | tunnels | endpoints [-a ACCOUNT] [-o table|wide|json|yaml|name]
     epicctl describe lb NAME [-a ACCOUNT]
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import quote
 
 import click
@@ -34,13 +35,14 @@ import yaml
 from click.shell_completion import CompletionItem, get_completion_class
 from kubernetes import client
 
+from tollgate.cli import apiusers, kubeconfig, proxystatus, render
 from tollgate.cli import credentials as agent_credentials
-from tollgate.cli import kubeconfig, proxystatus, render
 from tollgate.cli.api import EPICClient
 from tollgate.cli.exits import CommandError, Exit, classify
 from tollgate.cli.xdsdebug import DebugClient, Replica
 from tollgate.models.base import ResourceInfo
 from tollgate.models.epic import Account, LoadBalancer, RemoteEndpoint, account_namespace
+from tollgate.runtime import htpasswd
 
 JSON = dict[str, Any]
 Command = Callable[..., Any]
@@ -188,9 +190,13 @@ def cli() -> None:
     """
 
 
-@cli.group()
+# EPIC's epicctl names the command `api-user` (aliases `api-users`).
+USER_ALIASES = {"api-user": "user", "api-users": "user"}
+
+
+@cli.group(cls=AliasedGroup, aliases=USER_ALIASES)
 def create() -> None:
-    """Create a user namespace and its account."""
+    """Create a user namespace and its account, or an API user of an account."""
 
 
 @create.command("user-namespace")
@@ -203,6 +209,94 @@ def create_user_namespace(session: Session, name: str, output: str) -> None:
     created = session.epic().create_user_namespace(name)
     done = f"user namespace {account_namespace(name)} and account {name} created"
     show(created, output, Account.resource, lambda: done)
+
+
+def _check_username(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        htpasswd.check_username(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    return value
+
+
+def user_arguments(command: Command) -> Command:
+    """USERNAME, and the account: -a/--account, or EPIC's positional ACCOUNT after USERNAME."""
+    command = account_option("The account (or give it after USERNAME, as EPIC's epicctl takes it).")(command)
+    command = click.argument("account_arg", metavar="[ACCOUNT]", required=False)(command)
+    return click.argument("username", callback=_check_username)(command)
+
+
+def _one_account(positional: str | None, flag: str | None) -> str:
+    if positional and flag and positional != flag:
+        raise click.UsageError(f"ACCOUNT {positional} and -a {flag} name different accounts")
+    account = positional or flag
+    if not account:
+        raise click.UsageError("name the account: -a ACCOUNT (or USERNAME ACCOUNT, as EPIC's epicctl takes it)")
+    return account
+
+
+def _read_password(password_file: TextIO | None) -> str:
+    if password_file is not None:
+        return apiusers.password_from_text(password_file.read())
+    if sys.stdin.isatty():
+        entered: str = click.prompt(
+            "New password", hide_input=True, confirmation_prompt="Retype new password", err=True
+        )
+        return entered
+    return apiusers.password_from_text(sys.stdin.read())
+
+
+@create.command("user")
+@user_arguments
+@click.option(
+    "--password-file", type=click.File("r"), metavar="FILE",
+    help="Read the password from the first line of FILE (- for stdin) instead of prompting.",
+)  # fmt: skip
+@connection_options
+@click.pass_obj
+def create_user(
+    session: Session, username: str, account_arg: str | None, account: str | None, password_file: TextIO | None
+) -> None:
+    """Add USERNAME to ACCOUNT's REST API users (HTTP Basic), or give it a new password (alias: api-user).
+
+    Its line USERNAME:$2b$... (bcrypt, cost 12) goes into the key `auth` of the Secret api-users in the user
+    namespace epic-ACCOUNT, made when absent; the other users' lines are kept.
+
+    The password is never an argument (the process list would show it): it is asked twice, hidden, on a terminal;
+    else it is the first line of stdin or of --password-file (a second line, the confirmation EPIC's epicctl reads,
+    must repeat it). At least 6 characters, at most 72 bytes (bcrypt reads no further). Exit 3 when the account does
+    not exist; nothing is written then."""
+    account = _one_account(account_arg, account)
+    epic = session.epic()
+    apiusers.check_account(epic.custom, account)
+    password = _read_password(password_file)
+    try:
+        apiusers.check_password(password)
+        hashed = htpasswd.hash_password(password)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="password") from None
+    replaced = apiusers.set_user(epic.core, account, username, hashed)
+    click.echo(f"API user {username} of account {account}: {'password replaced' if replaced else 'created'}")
+
+
+@cli.group(cls=AliasedGroup, aliases=USER_ALIASES)
+def delete() -> None:
+    """Delete an API user of an account."""
+
+
+@delete.command("user")
+@user_arguments
+@connection_options
+@click.pass_obj
+def delete_user(session: Session, username: str, account_arg: str | None, account: str | None) -> None:
+    """Remove USERNAME from ACCOUNT's REST API users (alias: api-user).
+
+    Exit 0 when it was not there (the message says so); 3 when the account does not exist."""
+    account = _one_account(account_arg, account)
+    epic = session.epic()
+    apiusers.check_account(epic.custom, account)
+    removed = apiusers.remove_user(epic.core, account, username)
+    click.echo(f"API user {username} of account {account}: {'deleted' if removed else 'not there, nothing to delete'}")
 
 
 @cli.group()

@@ -35,6 +35,11 @@ MAX_TUNNEL_ID = 2**32 - 1
 # The account is the Secret's namespace (epicctl credentials create|rotate mints it; the allocator watches it).
 AGENT_CREDENTIALS_SECRET = "tollgate-agent-credentials"
 AGENT_TOKEN_KEY = "token"
+# The account's users of EPIC's REST API (HTTP Basic): an htpasswd file of bcrypt hashes under this key of this
+# Secret in its user namespace, as EPIC keeps it (epicctl create|delete user writes it; tollgate.runtime.htpasswd
+# reads it).
+API_USERS_SECRET = "api-users"
+API_USERS_KEY = "auth"
 
 
 def account_namespace(account: str) -> str:
@@ -99,6 +104,59 @@ class GUEEndpoint(WireModel):
 
 class GUETunnelEndpoint(GUEEndpoint):
     tunnel_id: int = Field(alias="tunnel-id", ge=1, le=MAX_TUNNEL_ID)
+
+
+# The variables of an LBServiceGroup's `endpoint-template` dnsName, as EPIC's Go templates name them, and
+# tollgate's `{{.Account}}`.
+DNS_TEMPLATE_VARIABLES = ("LBName", "LBSGName", "PureLBServiceName", "Account")
+DNS_TEMPLATE_VARIABLE = re.compile(r"\{\{\s*\.([A-Za-z]+)\s*\}\}")
+DEFAULT_DNS_NAME = "{{.LBName}}.{{.LBSGName}}.{{.Account}}.epic.internal"
+
+
+def render_dns_name(template: str, variables: dict[str, str]) -> str:
+    """A dnsName template with its `{{.Variable}}`s filled in (EPIC's `AddDNSEndpoint`)."""
+    return DNS_TEMPLATE_VARIABLE.sub(lambda match: variables[match.group(1)], template)
+
+
+def _known_variables(template: str) -> str:
+    unknown = sorted({v for v in DNS_TEMPLATE_VARIABLE.findall(template) if v not in DNS_TEMPLATE_VARIABLES})
+    if unknown:
+        raise ValueError(
+            f"names unknown variables {', '.join(unknown)}: a dnsName template may use "
+            + ", ".join(f"{{{{.{v}}}}}" for v in DNS_TEMPLATE_VARIABLES)
+        )
+    if "{{" in DNS_TEMPLATE_VARIABLE.sub("", template):
+        raise ValueError("has a {{ that is not a {{.Variable}}")
+    return template
+
+
+class ProviderSpecificProperty(WireModel):
+    name: str = Field(max_length=253)
+    value: str = Field(max_length=4096)
+
+
+class DNSEndpoint(WireModel):
+    """A DNS record of a load balancer or GWProxy: external-dns's Endpoint, as EPIC embeds it."""
+
+    dns_name: str = Field(default="", alias="dnsName", max_length=253)
+    targets: list[str] = Field(default_factory=list, max_length=16)
+    record_type: str = Field(default="A", alias="recordType", max_length=16)
+    set_identifier: str | None = Field(default=None, alias="setIdentifier", max_length=253)
+    record_ttl: int | None = Field(default=None, alias="recordTTL", ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    provider_specific: list[ProviderSpecificProperty] = Field(
+        default_factory=list, alias="providerSpecific", max_length=16
+    )
+
+
+class DNSEndpointTemplate(DNSEndpoint):
+    dns_name: Annotated[str, AfterValidator(_known_variables)] = Field(
+        default=DEFAULT_DNS_NAME,
+        alias="dnsName",
+        max_length=253,
+        description="A template: {{.LBName}} (the object's name), {{.LBSGName}} (the group's), "
+        "{{.PureLBServiceName}} (its display-name) and {{.Account}} are filled in.",
+    )
 
 
 class TunnelIDBlock(WireModel):
@@ -357,6 +415,12 @@ class LBServiceGroupSpec(WireModel):
         min_length=1,
         description="The ServicePrefix (namespace epic) that public addresses come from; none: set them by hand.",
     )
+    endpoint_template: DNSEndpointTemplate = Field(
+        default_factory=DNSEndpointTemplate,
+        alias="endpoint-template",
+        description="The DNS record of each new load balancer or GWProxy of the group (its spec.endpoints), whose "
+        "targets are its public address.",
+    )
     envoy_bootstrap: str | None = Field(
         default=None,
         alias="envoy-bootstrap",
@@ -385,6 +449,15 @@ class LBServiceGroup(CustomResource[LBServiceGroupSpec, LBServiceGroupStatus]):
     )
 
 
+class ClientRef(WireModel):
+    """The object in a client cluster that an EPIC object stands for."""
+
+    cluster_id: str | None = Field(default=None, alias="clusterID")
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+
+
 class ProxySpec(WireModel):
     display_name: str | None = Field(default=None, alias="display-name", max_length=253)
     service_id: int | None = Field(
@@ -393,6 +466,11 @@ class ProxySpec(WireModel):
     public_address: IPv4Address | None = Field(default=None, alias="public-address")
     public_ports: list[ServicePort] = Field(default_factory=list, alias="public-ports")
     service_group: str = Field(alias="service-group", min_length=1, description="The LBServiceGroup to use.")
+    endpoints: list[DNSEndpoint] | None = Field(
+        default=None,
+        max_length=16,
+        description="DNS records: set from the group's endpoint-template once the public address is known.",
+    )
     envoy_replica_count: int | None = Field(
         default=None,
         alias="envoy-replica-count",
@@ -450,6 +528,7 @@ class LoadBalancer(CustomResource[LoadBalancerSpec, LoadBalancerStatus]):
 
 
 class GWProxySpec(ProxySpec):
+    client_ref: ClientRef | None = Field(default=None, alias="clientRef")
     gateway: GatewaySpec | None = Field(
         default=None, description="The Gateway API GatewaySpec whose listeners this proxy's Envoys serve."
     )
@@ -519,15 +598,6 @@ class RemoteEndpoint(CustomResource[RemoteEndpointSpec, RemoteEndpointStatus]):
             _AGE,
         ),
     )
-
-
-class ClientRef(WireModel):
-    """The object in a client cluster that an EPIC object stands for."""
-
-    cluster_id: str | None = Field(default=None, alias="clusterID")
-    namespace: str | None = None
-    name: str | None = None
-    uid: str | None = None
 
 
 class GWRouteSpec(WireModel):

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from tollgate.runtime.certificates import ServingCertificate
 
@@ -68,6 +70,28 @@ class HTTPServer:
 
     def stop(self) -> None:
         self.server.should_exit = True
+
+
+async def capped_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to be over `limit` bytes: by its Content-Length before reading
+    any of it, else (chunked) once more than `limit` bytes have arrived. A client gone before the end raises
+    ClientDisconnect."""
+    declared = headers.get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _listen(host: str, port: int) -> socket.socket:

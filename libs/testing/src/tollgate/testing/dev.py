@@ -489,6 +489,8 @@ class DevSystem:
         lines += ["", "registration API (TLS; per-account tokens: epicctl credentials create|rotate ACCOUNT):",
                   f"  {self.resource('allocator').endpoints['grpc']}  CA {self.allocator_dir / CA_FILE}  "
                   f"root's token {self.allocator_dir / 'root.token'}"]  # fmt: skip
+        lines += ["", "EPIC's REST API (TLS, same CA; HTTP Basic: epicctl create user, or the same bearer token):",
+                  f"  https://{self.resource('allocator').endpoints['rest']}/api/epic"]  # fmt: skip
         lines += ["", "traces (Jaeger, in memory; a change is one trace: admission, reconcile, xds push, Envoy ACK):",
                   f"  {self.jaeger.ui_url}/search?service=tollgate-allocator"]  # fmt: skip
         lines += ["", "control plane (restarted by the cluster's watchdog when a process exits):"]

@@ -15,6 +15,10 @@ from tollgate.testing.cluster import endpoint_policy_env
 from tollgate.testing.net import free_port
 from tollgate.testing.wait import wait_for
 
+# What a service listens on besides its health port and what a test sets: moved off its fixed default, so that
+# services of concurrent tests (or replicas in one) never meet on a port.
+OTHER_LISTENERS = {"allocator": ("REST_ADDRESS",)}
+
 
 class ServiceProcess:
     """`python -m tollgate.<name>` with its own kubeconfig, health port and log file."""
@@ -42,6 +46,7 @@ class ServiceProcess:
             f"{prefix}HEALTH_PORT": str(self.health_port),
             f"{prefix}LOG_LEVEL": "DEBUG",
             **endpoint_policy_env(name),
+            **{f"{prefix}{setting}": f"127.0.0.1:{free_port()}" for setting in OTHER_LISTENERS.get(name, ())},
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None

@@ -20,12 +20,24 @@ from tollgate.allocator.credentials import Credentials
 from tollgate.allocator.grpc import server as grpc_server
 from tollgate.allocator.handlers import build_registry
 from tollgate.allocator.k8s import Kube, new_identity, require_supported
+from tollgate.allocator.proxy import split_address
 from tollgate.allocator.reconcile import Reconciler
 from tollgate.allocator.registry import Registry
+from tollgate.allocator.rest.app import create_app
+from tollgate.allocator.rest.auth import Authenticator
+from tollgate.allocator.rest.objects import EpicObjects
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
-from tollgate.models.epic import SYSTEM_NAMESPACE, EPICSpec, GUEEndpoint
+from tollgate.models.epic import (
+    API_USERS_KEY,
+    API_USERS_SECRET,
+    SYSTEM_NAMESPACE,
+    EPICSpec,
+    GUEEndpoint,
+    account_namespace,
+)
 from tollgate.runtime.backoff import Stopped, is_transient, until_done
 from tollgate.runtime.certificates import ServingCertificate
+from tollgate.runtime.http_server import HTTPServer
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.service import ServiceContext, run
@@ -50,6 +62,13 @@ class Settings(ServiceSettings, EndpointPolicySettings):
     )
     grpc_max_concurrent_rpcs: int = Field(
         default=256, ge=1, description="Calls in progress at once; more are refused with RESOURCE_EXHAUSTED."
+    )
+    rest_address: str = Field(
+        default="0.0.0.0:8443",
+        description="HOST:PORT of EPIC's REST API (/api/epic), served with the registration API's certificate.",
+    )
+    rest_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest request body the REST API accepts (413 above it)."
     )
     xds_address: str = Field(
         default="tollgate-xds.epic.svc:18000", description="HOST:PORT of the xDS server the Envoy proxies connect to."
@@ -95,6 +114,18 @@ def credentials(settings: Settings) -> grpc.ServerCredentials | None:
     return ServingCertificate(settings.grpc_cert_dir).grpc_credentials()
 
 
+def rest_server(settings: Settings, kube: Kube, registry: Registry, accounts: Credentials) -> HTTPServer:
+    async def users_of(account: str) -> str | None:
+        return await kube.secret_value(account_namespace(account), API_USERS_SECRET, API_USERS_KEY)
+
+    app = create_app(
+        EpicObjects(kube, registry), Authenticator(users_of, accounts.account_of), settings.rest_max_body_bytes
+    )
+    host, port = split_address(settings.rest_address)
+    tls = None if settings.grpc_cert_dir is None else ServingCertificate(settings.grpc_cert_dir)
+    return HTTPServer(app, host, port, tls)
+
+
 def limits(settings: Settings) -> grpc_server.Limits:
     return grpc_server.Limits(settings.grpc_max_message_bytes, settings.grpc_max_concurrent_rpcs)
 
@@ -132,8 +163,13 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
         limits(settings),
         lambda: not context.health.readiness(),
     )
+    rest = rest_server(settings, kube, registry, accounts)
+    rest_serving = asyncio.create_task(rest.serve())
+    rest_serving.add_done_callback(lambda _: context.stop.set())  # it ended on its own: the service stops, and says why
+    context.health.add_readiness_check("rest", lambda: rest.started or "EPIC's REST API is not serving yet")
     serving.set()
     log.info("registration API listening", extra={"port": port, "identity": identity})
+    log.info("EPIC's REST API listening", extra={"port": rest.port, "tls": rest.tls is not None})
     lease = f"tollgate-allocator-{identity}"[:63].rstrip("-")
     housekeeping = (
         asyncio.create_task(keep_lease(ids, lease, settings.lease_seconds, context.stop))
@@ -149,7 +185,9 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     finally:
         context.stop.set()  # whatever ended the service, the lease housekeeping stops with it
         accounts.close()
+        rest.stop()
         await stop_grpc_server(server, grace=2)
+        await rest_serving
         if housekeeping is not None:
             await housekeeping
             try:

@@ -12,7 +12,9 @@ from tollgate.models.epic import (
     GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
     Account,
+    GWEndpointSlice,
     GWProxy,
+    GWRoute,
     LBServiceGroup,
     LoadBalancer,
     RemoteEndpoint,
@@ -38,6 +40,7 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     account, lb, gwp, group, rep, prefix = (
         _resource(k) for k in (Account, LoadBalancer, GWProxy, LBServiceGroup, RemoteEndpoint, ServicePrefix)
     )
+    route, slice_ = _resource(GWRoute), _resource(GWEndpointSlice)
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -105,5 +108,12 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         else:
             await reconciler.remote_endpoint_seen(obj)
         await reconciler.endpoints_changed(obj, deleted)
+
+    # GWRoutes and GWEndpointSlices are the client's objects, handled per event (no progress annotations written on
+    # them): any change, deletion too, converges the tunnels of the GWProxies of their namespace.
+    @kopf.on.event(*route, registry=registry)
+    @kopf.on.event(*slice_, registry=registry)
+    async def gateway_part_event(event: kopf.RawEvent, **_: Any) -> None:
+        await reconciler.gateway_tunnels(event["object"]["metadata"]["namespace"])
 
     return registry

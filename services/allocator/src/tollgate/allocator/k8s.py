@@ -7,6 +7,7 @@ and the allocators share one event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import logging
 import threading
@@ -165,6 +166,20 @@ class Kube:
             self.custom.patch_namespaced_custom_object, info.group, info.version, namespace, info.plural, name, body
         )
         return patched
+
+    async def replace(self, kind: Kind, obj: JSON) -> JSON:
+        """Replace the object carrying the resourceVersion that was read: 409 Conflict when someone wrote first."""
+        info, meta = kind.resource, obj["metadata"]
+        replaced: JSON = await self._call(
+            self.custom.replace_namespaced_custom_object,
+            info.group,
+            info.version,
+            meta["namespace"],
+            info.plural,
+            meta["name"],
+            carrying_trace(obj),
+        )
+        return replaced
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
         info = kind.resource
@@ -354,6 +369,17 @@ class Kube:
             if stop.is_set():
                 break
         return watcher.resource_version
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret, decoded; None when the Secret or the key is absent."""
+        try:
+            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        except client.ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        encoded = (secret.data or {}).get(key)
+        return None if encoded is None else base64.b64decode(encoded).decode(errors="replace")
 
     # leases: one per running allocator, so that others can tell which block owners are alive
 

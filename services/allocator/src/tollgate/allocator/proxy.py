@@ -4,6 +4,7 @@ the conditions."""
 from __future__ import annotations
 
 import hashlib
+from ipaddress import IPv4Address
 from typing import Any
 
 import yaml
@@ -20,11 +21,14 @@ from tollgate.models.epic import (
     ACCOUNT_LABEL,
     GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
+    DNSEndpoint,
     LBServiceGroupSpec,
     ProxyStatus,
     RemoteEndpointSpec,
     ServicePort,
+    account_of,
     reaches,
+    render_dns_name,
     target_of,
 )
 
@@ -49,6 +53,24 @@ def proxy_name(obj: JSON) -> str:
 
 def owner_labels(obj: JSON, account: str) -> dict[str, str]:
     return {OWNER_LABELS[obj["kind"]]: obj["metadata"]["name"], ACCOUNT_LABEL: account}
+
+
+def dns_endpoint(obj: JSON, group: LBServiceGroupSpec, address: IPv4Address | None) -> DNSEndpoint:
+    """The object's DNS record from its group's endpoint-template: the dnsName filled in, the public address (when
+    it has one) the target."""
+    meta, spec = obj["metadata"], obj["spec"]
+    template = group.endpoint_template
+    variables = {
+        "LBName": meta["name"],
+        "LBSGName": spec["service-group"],
+        "PureLBServiceName": spec.get("display-name") or meta["name"],
+        "Account": account_of(meta["namespace"]),
+    }
+    fields = template.model_dump(by_alias=True, exclude_none=True) | {
+        "dnsName": render_dns_name(template.dns_name, variables),
+        "targets": [str(address)] if address else [],
+    }
+    return DNSEndpoint.model_validate(fields)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from ipaddress import IPv4Address
 from typing import Any
 
 import kopf
@@ -12,10 +13,12 @@ from opentelemetry import trace
 
 from tollgate.allocator import allocation, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
+from tollgate.allocator.gwtunnels import RefusedAddress
 from tollgate.allocator.k8s import JSON, Kind, Kube, field_is
 from tollgate.allocator.registry import (
     ADDRESS_NOT_ALLOWED,
     DUPLICATE,
+    PROXY_KINDS,
     NotFoundError,
     NotShareableError,
     Registry,
@@ -23,6 +26,7 @@ from tollgate.allocator.registry import (
     describe,
     endpoint_addresses,
     identity,
+    log_fields,
     tunnel_recorded,
 )
 from tollgate.allocator.tunnels import Metrics
@@ -33,6 +37,7 @@ from tollgate.models.epic import (
     USER_NAMESPACE_LABEL,
     Account,
     AccountStatus,
+    GWEndpointSlice,
     GWProxy,
     GWProxySpec,
     GWProxyStatus,
@@ -51,13 +56,13 @@ from tollgate.models.epic import (
     account_of,
     reaches,
 )
+from tollgate.runtime.coalesce import Coalesced
 from tollgate.runtime.locks import KeyedLocks
 from tollgate.runtime.tracing import annotated_parent, parent_context
 
 log = logging.getLogger("tollgate.allocator.reconcile")
 CLEANUP_RETRY_SECONDS = 2.0
 GROUP_RETRY_SECONDS = 5.0
-PROXY_KINDS: dict[str, Kind] = {"LoadBalancer": LoadBalancer, "GWProxy": GWProxy}
 PROXY_SPECS: dict[str, type[ProxySpec]] = {"LoadBalancer": LoadBalancerSpec, "GWProxy": GWProxySpec}
 # A freed address or a new ServicePrefix is no event of the waiting load balancer: it tries again by itself.
 ADDRESS_RETRY_REASONS = ("PublicAddressesExhausted", "ServicePrefixNotFound")
@@ -82,6 +87,10 @@ class Reconciler:
         self.xds_address = xds_address
         self._load_balancer_turns: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self._service_id_turns: KeyedLocks[str] = KeyedLocks()
+        # One convergence of a namespace's GWProxy tunnels at a time; those asked for meanwhile share the next.
+        self._gateway_runs: Coalesced[str, None] = Coalesced(self._converge_gateways)
+        # By namespace: the (slice uid, refusal) pairs its last convergence found, each told in an Event once.
+        self._refused_addresses: dict[str, frozenset[tuple[str, str]]] = {}
 
     async def update_status(
         self,
@@ -150,6 +159,7 @@ class Reconciler:
                 if (lb := await self.kube.get(LoadBalancer, namespace, lb_name)) is not None:
                     await self.reconcile_load_balancer(lb)
             await self._judge_endpoints(account)
+            await self.gateway_tunnels(namespace)  # its allowedEndpointRanges judge the slices' node addresses too
 
     async def _judge_endpoints(self, account: JSON) -> None:
         """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.
@@ -328,8 +338,11 @@ class Reconciler:
         kind = PROXY_KINDS[obj["kind"]]
         meta, spec = obj["metadata"], proxy_spec(obj)
         group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
-        prefix = LBServiceGroupSpec.model_validate(group_obj["spec"] or {}).service_prefix if group_obj else None
+        group = LBServiceGroupSpec.model_validate(group_obj["spec"] or {}) if group_obj else None
+        prefix = group.service_prefix if group else None
         if prefix is None:
+            if group is not None and not spec.endpoints:
+                obj = await self._patch_endpoints(obj, group, spec.public_address)
             return True, reason, allocated, obj
         try:
             address = await self.addresses.claim(prefix, obj, spec.public_address)
@@ -349,7 +362,20 @@ class Reconciler:
             await self.kube.event(
                 obj, "PublicAddressAllocated", f"public address {address} from ServicePrefix {prefix}"
             )
+        if not spec.endpoints and group is not None:
+            obj = await self._patch_endpoints(obj, group, address)
         return True, reason, f"{allocated}, public address {address} (ServicePrefix {prefix})", obj
+
+    async def _patch_endpoints(self, obj: JSON, group: LBServiceGroupSpec, address: IPv4Address | None) -> JSON:
+        """Give the object its DNS record from the group's endpoint-template, as EPIC does once (EPIC's clients
+        read `spec.endpoints[0].dnsName` without checking that it is there)."""
+        endpoint = proxy.dns_endpoint(obj, group, address)
+        meta = obj["metadata"]
+        patched = await self.kube.patch(
+            PROXY_KINDS[obj["kind"]], meta["namespace"], meta["name"], {"spec": {"endpoints": [endpoint.to_wire()]}}
+        )
+        log.info("DNS name %s for %s %s/%s", endpoint.dns_name, obj["kind"], meta["namespace"], meta["name"])
+        return patched
 
     async def _address_refused(self, lb: JSON, reason: str, message: str) -> tuple[bool, str, str, JSON]:
         await self.kube.event(lb, reason, message, warning=True)
@@ -408,8 +434,7 @@ class Reconciler:
         obj = await self.kube.get(kind, namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
-        if kind is LoadBalancer:
-            await self.registry.refresh_epic_address(obj)
+        await self.registry.refresh_epic_address(obj)
         ready, reason, message = proxy.proxy_readiness(deployment)
         current = ProxyStatus.model_validate(obj.get("status") or {}).condition(proxy.PROXY_READY)
         wanted = ("True" if ready else "False", reason, message)
@@ -437,7 +462,8 @@ class Reconciler:
     # GWProxies: their Envoys and public addresses (xds turns their Gateway listeners and GWRoutes into config)
 
     async def reconcile_gwproxy(self, gwp: JSON) -> str | None:
-        """A GWProxy's public address and Envoy Deployment, as a load balancer's; a message when to try again."""
+        """A GWProxy's public address, Envoy Deployment and tunnels, as a load balancer's; a message when to try
+        again."""
         meta = gwp["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
         if meta.get("deletionTimestamp"):
@@ -463,8 +489,48 @@ class Reconciler:
             def write(status: GWProxyStatus) -> None:
                 proxy.set_conditions(status, generation, (ok, reason, message), proxy_state)
 
-            await self.update_status(GWProxy, namespace, name, write)
+            written = await self.update_status(GWProxy, namespace, name, write)
+            if written is None:
+                return None
+            await self.registry.refresh_epic_address(written)
+            await self.gateway_tunnels(namespace)
             return message if reason in ADDRESS_RETRY_REASONS else None
+
+    async def gateway_tunnels(self, namespace: str) -> None:
+        """Converge the tunnels of the namespace's GWProxies to the client nodes their routes reach
+        (Registry.converge_gateways), after a change to any of its GWProxies, GWRoutes, GWEndpointSlices or its
+        Account. Asked while a run is under way, the next run (which starts after the ask) serves all who asked."""
+        await self._gateway_runs(namespace)
+
+    async def _converge_gateways(self, namespace: str) -> None:
+        with self.tracer.start_as_current_span("converge GWProxy tunnels", attributes={"namespace": namespace}):
+            converged = await self.registry.converge_gateways(namespace)
+            refused: dict[tuple[str, str], RefusedAddress] = {}
+            for change in converged:
+                for node, tunnel_id in change.assigned.items():
+                    await self.kube.event(
+                        change.proxy, "TunnelAssigned", f"tunnel ID {tunnel_id} of client node {node}"
+                    )
+                for node, tunnel_id in change.released.items():
+                    message = (
+                        f"released tunnel ID {tunnel_id} of client node {node}: no GWEndpointSlice its routes reach "
+                        "names it any more"
+                    )
+                    await self.kube.event(change.proxy, "TunnelReleased", message)
+                refused |= {(r.slice.reference["metadata"]["uid"], str(r.refusal)): r for r in change.refused}
+            told = self._refused_addresses.pop(namespace, frozenset())
+            if refused:
+                self._refused_addresses[namespace] = frozenset(refused)
+            for key in sorted(refused.keys() - told):
+                await self._refuse_node_address(refused[key])
+
+    async def _refuse_node_address(self, refused: RefusedAddress) -> None:
+        """A node address of a slice some GWProxy reaches gets no tunnel: say so on the slice, naming the field."""
+        reference = refused.slice.reference
+        message = f"{refused.refusal}: no GUE tunnel for this node"
+        where = log_fields(GWEndpointSlice, reference["metadata"]["namespace"], refused.slice.name)
+        log.warning("GWEndpointSlice %s: %s", refused.slice.name, message, extra=where)
+        await self.kube.event(reference, ADDRESS_NOT_ALLOWED, message, warning=True)
 
     async def _group_users(self, group: JSON, kinds: tuple[Kind, ...] = (LoadBalancer, GWProxy)) -> list[JSON]:
         namespace, name = group["metadata"]["namespace"], group["metadata"]["name"]

@@ -1,14 +1,18 @@
 """Registered endpoints and their tunnels.
 
 RemoteEndpoint objects are the record, one per (load balancer, address, port, protocol). Tunnels are EPIC's:
-one tunnel ID per (load balancer, client node address), recorded in the load balancer's status
-`gue-tunnel-endpoints` under the node address and shared by every endpoint on that node; the entry goes when
-the node's last endpoint does. An endpoint without a node address is ad hoc: no tunnel.
+one tunnel ID per (proxy object, client node address), recorded in the status `gue-tunnel-endpoints` of the
+LoadBalancer or GWProxy under the node address. A load balancer's client nodes are those of its RemoteEndpoints
+(the tunnel is shared by every endpoint on the node; the entry goes when the node's last endpoint does; an
+endpoint without a node address is ad hoc: no tunnel). A GWProxy's are the `nodeAddresses` of the
+GWEndpointSlices its GWRoutes reach (tollgate.allocator.gwtunnels); the entry goes when no such slice names the
+node any more.
 
-The node entry is written with the load balancer's resourceVersion (409 Conflict when someone wrote first), so
-endpoints registering at once on one node, on any allocator replica, end up with one tunnel ID. Whoever
-removes an entry, and whoever relies on one, checks again afterwards: the two converge (see `ensure_tunnel`
-and `forget`). The gRPC API and the RemoteEndpoint handlers share this one path.
+The node entry is written with the object's resourceVersion (409 Conflict when someone wrote first), so whoever
+records one node at once, on any allocator replica, ends up with one tunnel ID. Whoever removes an entry, and
+whoever relies on one, checks again afterwards: the two converge (see `ensure_tunnel`, `forget` and
+`converge_gateways`). A released ID is never handed out again. The registration APIs and the handlers share
+this one path, for both kinds.
 """
 
 from __future__ import annotations
@@ -16,16 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from pydantic import ValidationError
 
-from tollgate.allocator import allocation
+from tollgate.allocator import allocation, gwtunnels
 from tollgate.allocator.allocation import InvalidArgumentError
-from tollgate.allocator.k8s import JSON, Kube, field_is, is_conflict, is_not_found
-from tollgate.allocator.proxy import owner_reference
+from tollgate.allocator.k8s import JSON, Kind, Kube, field_is, is_conflict, is_not_found
+from tollgate.allocator.proxy import OWNER_LABELS, name_not_a_label, owner_reference
 from tollgate.allocator.tunnels import ATTEMPTS, EpicSingleton, TunnelIDs
 from tollgate.models.addresses import AccountRanges, EndpointPolicy, Refusal
 from tollgate.models.base import condition_status
@@ -38,6 +43,9 @@ from tollgate.models.epic import (
     AccountSpec,
     GUEEndpoint,
     GUETunnelEndpoint,
+    GWEndpointSlice,
+    GWProxy,
+    GWRoute,
     LBServiceGroup,
     LBServiceGroupSpec,
     LoadBalancer,
@@ -56,6 +64,7 @@ CLUSTERS = "upstream-clusters"
 AD_HOC = "AdHocEndpoint"
 DUPLICATE = "DuplicateEndpoint"
 ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
+PROXY_KINDS: dict[str, Kind] = {"LoadBalancer": LoadBalancer, "GWProxy": GWProxy}
 
 
 class NotFoundError(LookupError):
@@ -131,8 +140,30 @@ def identity(spec: JSON) -> tuple[str, str, int, str]:
     )
 
 
-def entries(lb: JSON) -> dict[str, Any]:
-    return dict((lb.get("status") or {}).get(TUNNELS) or {})
+def entries(obj: JSON) -> dict[str, Any]:
+    """The tunnel entries of a LoadBalancer or GWProxy, by client node address."""
+    return dict((obj.get("status") or {}).get(TUNNELS) or {})
+
+
+def described(kind: Kind, name: str) -> str:
+    """How messages name a LoadBalancer or GWProxy."""
+    return f"{'load balancer' if kind is LoadBalancer else kind.resource.kind} {name!r}"
+
+
+def log_fields(kind: Kind, namespace: str, name: str) -> dict[str, str]:
+    """The object a log line is about, as the JSON lines name kopf's (tollgate.runtime.logging)."""
+    return {"kind": kind.resource.kind, "object": f"{namespace}/{name}"}
+
+
+@dataclass(frozen=True)
+class GatewayTunnels:
+    """What converging one GWProxy's tunnels did: the nodes given a tunnel and those whose tunnel went, with their
+    IDs, and the node addresses of its slices that get none."""
+
+    proxy: JSON
+    assigned: dict[str, int]
+    released: dict[str, int]
+    refused: tuple[gwtunnels.RefusedAddress, ...]
 
 
 def is_refusal(error: client.ApiException) -> bool:
@@ -187,11 +218,14 @@ class Registry:
         self._gue = (time.monotonic(), endpoint)
         return endpoint
 
-    async def epic_endpoint(self, lb: JSON) -> GUEEndpoint:
-        """Where a load balancer's tunnels terminate: the node running its (first scheduled) Envoy pod."""
+    async def epic_endpoint(self, obj: JSON) -> GUEEndpoint:
+        """Where the tunnels of a LoadBalancer or GWProxy terminate: the node running its (first scheduled) Envoy
+        pod; while none runs (or none can: its name is too long a label), the EPIC-wide endpoint."""
         gue = await self.gue_endpoint()
-        selector = f"{LOAD_BALANCER_LABEL}={lb['metadata']['name']},{ENVOY_PROXY_LABEL}=true"
-        node = await self.kube.pod_node_address(lb["metadata"]["namespace"], selector)
+        if name_not_a_label(obj) is not None:
+            return gue
+        selector = f"{OWNER_LABELS[obj['kind']]}={obj['metadata']['name']},{ENVOY_PROXY_LABEL}=true"
+        node = await self.kube.pod_node_address(obj["metadata"]["namespace"], selector)
         return gue if node is None else GUEEndpoint(epic_address=node, epic_port=gue.epic_port)
 
     async def ensure_tunnel(self, rep: JSON, lb: JSON | None = None) -> tuple[JSON, int | None]:
@@ -203,7 +237,9 @@ class Registry:
         for _ in range(ATTEMPTS):
             status = RemoteEndpointStatus.model_validate(rep.get("status") or {})
             tunnel_id = (
-                None if node is None else await self._node_tunnel(namespace, lb_name, node, status.tunnel_id, lb)
+                None
+                if node is None
+                else await self._node_tunnel(LoadBalancer, namespace, lb_name, node, status.tunnel_id, lb)
             )
             lb = None
             rep = await self._accept(rep, tunnel_id)
@@ -249,9 +285,12 @@ class Registry:
                 self.ids.metrics.retried("RemoteEndpoint", 1)
         raise AbortedError(f"RemoteEndpoint {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
 
-    async def _node_tunnel(self, namespace: str, name: str, node: str, held: int | None, lb: JSON | None) -> int:
-        """The tunnel ID of (load balancer, client node): the one its status records, else a new one recorded
-        there. `held` is an ID this node had before (IDs are never handed to anyone else, so it may return).
+    async def _node_tunnel(
+        self, kind: Kind, namespace: str, name: str, node: str, held: int | None, obj: JSON | None
+    ) -> int:
+        """The tunnel ID of (LoadBalancer or GWProxy, client node): the one its status records, else a new one
+        recorded there. `obj` is the object as just read, if the caller has it. `held` is an ID this node had before
+        (IDs are never handed to anyone else, so it may return).
 
         A new ID goes back to the pool only when its write was definitely refused. After an uncertain outcome
         (a timeout, a cut connection, a 5xx, a cancelled call: the write may have landed) the status is read
@@ -260,12 +299,12 @@ class Registry:
         uncertain = False
         try:
             for _ in range(ATTEMPTS):
-                lb = lb or await self.kube.get(LoadBalancer, namespace, name)
-                if lb is None:
-                    raise NotFoundError(f"load balancer {name!r} was deleted")
-                if lb["metadata"].get("deletionTimestamp"):
-                    raise FailedPreconditionError(f"load_balancer: {name!r} is being deleted")
-                existing = (entries(lb).get(node) or {}).get("tunnel-id")
+                obj = obj or await self.kube.get(kind, namespace, name)
+                if obj is None:
+                    raise NotFoundError(f"{described(kind, name)} was deleted")
+                if obj["metadata"].get("deletionTimestamp"):
+                    raise FailedPreconditionError(f"{described(kind, name)} is being deleted")
+                existing = (entries(obj).get(node) or {}).get("tunnel-id")
                 if existing is not None:
                     if existing == taken:
                         taken = None
@@ -275,18 +314,18 @@ class Registry:
                     taken = await self.ids.allocate()
                 tunnel_id = held if held is not None else taken
                 assert tunnel_id is not None
-                gue = await self.epic_endpoint(lb)
+                gue = await self.epic_endpoint(obj)
                 entry = GUETunnelEndpoint(epic_address=gue.epic_address, epic_port=gue.epic_port, tunnel_id=tunnel_id)
-                lb.setdefault("status", {})[TUNNELS] = entries(lb) | {node: entry.to_wire()}
+                obj.setdefault("status", {})[TUNNELS] = entries(obj) | {node: entry.to_wire()}
                 try:
-                    await self.kube.replace_status(LoadBalancer, lb)
+                    await self.kube.replace_status(kind, obj)
                 except client.ApiException as error:
                     if is_not_found(error):
-                        raise NotFoundError(f"load balancer {name!r} was deleted") from None
+                        raise NotFoundError(f"{described(kind, name)} was deleted") from None
                     if is_conflict(error):
-                        self.ids.metrics.conflict("LoadBalancer")
-                        self.ids.metrics.retried("LoadBalancer", 1)
-                        lb = None
+                        self.ids.metrics.conflict(kind.resource.kind)
+                        self.ids.metrics.retried(kind.resource.kind, 1)
+                        obj = None
                         continue
                     uncertain = uncertain or not is_refusal(error)
                     raise
@@ -295,11 +334,10 @@ class Registry:
                     raise
                 if tunnel_id == taken:
                     taken = None
-                where = {"namespace": namespace, "load_balancer": name}
-                log.info("tunnel ID %s for node %s", tunnel_id, node, extra=where)
+                log.info("tunnel ID %s for node %s", tunnel_id, node, extra=log_fields(kind, namespace, name))
                 return tunnel_id
         except Exception:
-            if taken is not None and uncertain and await self._recorded(namespace, name, node) == taken:
+            if taken is not None and uncertain and await self._recorded(kind, namespace, name, node) == taken:
                 landed, taken = taken, None
                 log.info("tunnel ID %s for node %s: the uncertain write landed", landed, node)
                 return landed
@@ -312,17 +350,17 @@ class Registry:
                     "tunnel ID %s is not handed out again: its write for node %s may have landed",
                     taken,
                     node,
-                    extra={"namespace": namespace, "load_balancer": name},
+                    extra=log_fields(kind, namespace, name),
                 )
-        raise AbortedError(f"load balancer {namespace}/{name}: still conflicting after {ATTEMPTS} attempts")
+        raise AbortedError(f"{described(kind, name)} in {namespace}: still conflicting after {ATTEMPTS} attempts")
 
-    async def _recorded(self, namespace: str, name: str, node: str) -> int | None:
-        """The tunnel ID the load balancer's status records for `node`, None when it cannot be read now."""
+    async def _recorded(self, kind: Kind, namespace: str, name: str, node: str) -> int | None:
+        """The tunnel ID the object's status records for `node`, None when it cannot be read now."""
         try:
-            lb = await self.kube.get(LoadBalancer, namespace, name)
+            obj = await self.kube.get(kind, namespace, name)
         except Exception:  # the API server is what just failed: the caller raises its own error
             return None
-        recorded = (entries(lb or {}).get(node) or {}).get("tunnel-id")
+        recorded = (entries(obj or {}).get(node) or {}).get("tunnel-id")
         return None if recorded is None else int(recorded)
 
     async def admit_cluster(self, lb: JSON, cluster: str) -> JSON:
@@ -388,49 +426,118 @@ class Registry:
         namespace, lb_name = rep["metadata"]["namespace"], rep["spec"]["load-balancer"]
         if await self._endpoints_on(namespace, lb_name, node):
             return None
-        return int(tunnel_id) if await self._remove_entry(namespace, lb_name, node, tunnel_id) else None
+        removed = await self._remove_entry(LoadBalancer, namespace, lb_name, node, tunnel_id)
+        return int(tunnel_id) if removed else None
 
-    async def _remove_entry(self, namespace: str, lb_name: str, node: str, tunnel_id: Any) -> bool:
-        """Remove a node's tunnel entry if it still holds `tunnel_id`. Endpoints of the node that arrived after
-        the caller found none get their tunnel again."""
+    async def _remove_entry(self, kind: Kind, namespace: str, name: str, node: str, tunnel_id: Any) -> bool:
+        """Remove a node's tunnel entry if it still holds `tunnel_id` (the ID is never handed out again). What
+        wants the node's tunnel since the caller found nothing did gets it again."""
         path = pointer("status", TUNNELS, node)
         operations = [{"op": "test", "path": f"{path}/tunnel-id", "value": tunnel_id}, {"op": "remove", "path": path}]
-        if not await self.kube.json_patch_status(LoadBalancer, namespace, lb_name, operations):
+        if not await self.kube.json_patch_status(kind, namespace, name, operations):
             return False
-        log.info("released tunnel ID %s of node %s", tunnel_id, node, extra={"namespace": namespace})
-        for late in await self._endpoints_on(namespace, lb_name, node):
-            if await self.address_refusal(namespace, endpoint_addresses(late)) is None:
-                await self.ensure_tunnel(late)
+        where = log_fields(kind, namespace, name)
+        log.info("released tunnel ID %s of node %s", tunnel_id, node, extra=where)
+        if kind is LoadBalancer:  # its endpoints on the node record the new ID in their status too
+            for late in await self._endpoints_on(namespace, name, node):
+                if await self.address_refusal(namespace, endpoint_addresses(late)) is None:
+                    await self.ensure_tunnel(late)
+        elif node in await self.wanted_nodes(kind, namespace, name):
+            log.info("node %s wants a tunnel again: a slice named it meanwhile", node, extra=where)
+            await self._node_tunnel(kind, namespace, name, node, None, None)
         return True
 
     async def _endpoints_on(self, namespace: str, lb_name: str, node: str) -> list[JSON]:
         return [r for r in await self.kube.remote_endpoints_of(namespace, lb_name) if node_of(r) == node]
 
-    async def prune(self, lb: JSON) -> list[str]:
-        """Remove the load balancer's tunnel entries of nodes no RemoteEndpoint is on any more; those nodes. The
-        endpoints are listed after `lb` was read, so an entry written since is never judged."""
-        namespace, name = lb["metadata"]["namespace"], lb["metadata"]["name"]
-        nodes = {node_of(r) for r in await self.kube.remote_endpoints_of(namespace, name)}
+    async def wanted_nodes(self, kind: Kind, namespace: str, name: str) -> set[str]:
+        """The client nodes that want a tunnel of the LoadBalancer or GWProxy, as listed now: the nodes of a load
+        balancer's RemoteEndpoints; the allowed node addresses of the slices a GWProxy's routes reach."""
+        if kind is LoadBalancer:
+            return {node for rep in await self.kube.remote_endpoints_of(namespace, name) if (node := node_of(rep))}
+        routes, slices, ranges = await self._gateway_glue(namespace)
+        return set(gwtunnels.client_nodes(name, routes, slices, self.policy, ranges).wanted)
+
+    async def prune(self, obj: JSON, wanted: Collection[str] | None = None) -> list[str]:
+        """Remove the tunnel entries of the LoadBalancer's or GWProxy's nodes that want none any more; those nodes.
+        `wanted` (by default `wanted_nodes`) is listed after `obj` was read, so an entry written since is never
+        judged."""
+        kind, namespace, name = PROXY_KINDS[obj["kind"]], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        nodes = await self.wanted_nodes(kind, namespace, name) if wanted is None else wanted
         return [
             node
-            for node, entry in entries(lb).items()
-            if node not in nodes and await self._remove_entry(namespace, name, node, entry.get("tunnel-id"))
+            for node, entry in entries(obj).items()
+            if node not in nodes and await self._remove_entry(kind, namespace, name, node, entry.get("tunnel-id"))
         ]
 
-    async def refresh_epic_address(self, lb: JSON) -> None:
-        """Move the load balancer's tunnel entries to the node that runs its Envoy pod now."""
-        gue = await self.epic_endpoint(lb)
+    async def refresh_epic_address(self, obj: JSON) -> None:
+        """Move the tunnel entries of the LoadBalancer or GWProxy to the node that runs its Envoy pod now."""
+        gue = await self.epic_endpoint(obj)
         wanted = {"epic-address": str(gue.epic_address), "epic-port": gue.epic_port.to_wire()}
         operations = [
             {"op": "replace", "path": pointer("status", TUNNELS, node, key), "value": value}
-            for node, entry in entries(lb).items()
+            for node, entry in entries(obj).items()
             for key, value in wanted.items()
             if entry.get(key) != value
         ]
         if operations:
             await self.kube.json_patch_status(
-                LoadBalancer, lb["metadata"]["namespace"], lb["metadata"]["name"], operations
+                PROXY_KINDS[obj["kind"]], obj["metadata"]["namespace"], obj["metadata"]["name"], operations
             )
+
+    # GWProxies: their client nodes come from the GWEndpointSlices their GWRoutes reach
+
+    async def converge_gateways(self, namespace: str) -> list[GatewayTunnels]:
+        """Give each GWProxy of the namespace exactly one tunnel per client node its routes reach
+        (tollgate.allocator.gwtunnels): a new node gets an ID, a node keeps its ID while a slice names it, and the
+        entry of a node none names any more goes (its ID is never handed out again). What changed, by proxy.
+
+        The proxies are read before their routes and slices, so an entry written since is never judged, and
+        whoever removes an entry checks again afterwards (`_remove_entry`): convergences running at once, on any
+        replica, end with one ID per node."""
+        proxies = [
+            gwp
+            async for page in self.kube.pages(GWProxy, namespace)
+            for gwp in page
+            if not gwp["metadata"].get("deletionTimestamp")
+        ]
+        routes, slices, ranges = await self._gateway_glue(namespace)
+        converged = []
+        for gwp in proxies:
+            name = gwp["metadata"]["name"]
+            nodes = gwtunnels.client_nodes(name, routes, slices, self.policy, ranges)
+            recorded = entries(gwp)
+            try:
+                assigned = {
+                    node: await self._node_tunnel(GWProxy, namespace, name, node, None, None)
+                    for node in sorted(nodes.wanted - recorded.keys())
+                }
+                released = {node: int(recorded[node]["tunnel-id"]) for node in await self.prune(gwp, nodes.wanted)}
+            except (NotFoundError, FailedPreconditionError) as error:  # it went meanwhile: its tunnels with it
+                log.info("not converging its tunnels: %s", error, extra=log_fields(GWProxy, namespace, name))
+                continue
+            converged.append(GatewayTunnels(gwp, assigned, released, nodes.refused))
+        return converged
+
+    async def _gateway_glue(
+        self, namespace: str
+    ) -> tuple[list[gwtunnels.Route], list[gwtunnels.Slice], AccountRanges | None]:
+        """The namespace's routes and slices as far as tunnels go (read a page at a time, keeping only that), and
+        its Account's narrowing of the endpoint policy."""
+        routes = [
+            route
+            async for page in self.kube.pages(GWRoute, namespace)
+            for obj in page
+            if (route := gwtunnels.route_of(obj)) is not None
+        ]
+        slices = [
+            slice_
+            async for page in self.kube.pages(GWEndpointSlice, namespace)
+            for obj in page
+            if (slice_ := gwtunnels.slice_of(obj)) is not None
+        ]
+        account = account_of(namespace)
+        return routes, slices, account_ranges(account, await self.kube.get(Account, namespace, account))
 
     async def _load_balancer(self, account: str, name: str) -> JSON:
         namespace = account_namespace(account)

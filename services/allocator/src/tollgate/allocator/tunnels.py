@@ -24,6 +24,7 @@ from tollgate.models.epic import (
     SYSTEM_NAMESPACE,
     EPICSpec,
     EPICStatus,
+    GWProxy,
     LoadBalancer,
     RemoteEndpoint,
     TunnelIDBlock,
@@ -130,15 +131,16 @@ class EpicSingleton:
         return result.written
 
     async def highest_in_use(self) -> int:
-        """The highest tunnel ID any RemoteEndpoint or load balancer status holds."""
+        """The highest tunnel ID any RemoteEndpoint, LoadBalancer or GWProxy status holds."""
         highest = 0
         async for reps in self.kube.pages(RemoteEndpoint):
             for rep in reps:
                 highest = max(highest, int((rep.get("status") or {}).get("tunnel-id") or 0))
-        async for lbs in self.kube.pages(LoadBalancer):
-            for lb in lbs:
-                for entry in ((lb.get("status") or {}).get("gue-tunnel-endpoints") or {}).values():
-                    highest = max(highest, int(entry.get("tunnel-id") or 0))
+        for kind in (LoadBalancer, GWProxy):
+            async for page in self.kube.pages(kind):
+                for obj in page:
+                    for entry in ((obj.get("status") or {}).get("gue-tunnel-endpoints") or {}).values():
+                        highest = max(highest, int(entry.get("tunnel-id") or 0))
         return highest
 
 

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tollgate.runtime.http_server import capped_body
 from tollgate.runtime.tracing import trace_parent
 from tollgate.webhook import metrics as webhook_metrics
 from tollgate.webhook.admission import (
@@ -170,7 +171,7 @@ class AdmissionRoutes:
             self.span_names[operation], context=_caller(headers), kind=trace.SpanKind.SERVER
         ) as span:
             try:
-                body = await _capped_body(headers, receive, self.max_request_bytes)
+                body = await capped_body(headers, receive, self.max_request_bytes)
             except ClientDisconnect:  # the caller gave up (its timeout): no one to answer
                 return
             if body is None:
@@ -218,28 +219,6 @@ def _caller(headers: dict[bytes, bytes]) -> otel_context.Context | None:
         name.decode(): headers[name].decode("latin-1") for name in (b"traceparent", b"tracestate") if name in headers
     }
     return propagate.extract(carrier)
-
-
-async def _capped_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> bytes | None:
-    """The body, or None as soon as it is known to be over `limit` bytes: by its Content-Length before reading
-    any of it, else (chunked) once more than `limit` bytes have arrived. A client gone before the end raises
-    ClientDisconnect."""
-    declared = headers.get(b"content-length", b"")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def create_app(
