@@ -15,7 +15,9 @@ import pytest
 
 from tollgate.cli.epicctl import main
 from tollgate.cli.exits import Exit
+from tollgate.testing.agents import read_token
 from tollgate.testing.dev import LB_CLIENT_NODE, DevSystem
+from tollgate.testing.epicrest import EpicREST, bearer
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 
@@ -91,6 +93,12 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
         synced = wait_for(every_envoy_synced(system), "epicctl proxy-status to show every Envoy SYNCED", timeout=60)
         # The samples' Goops run busybox (always pulled: the node's registry serves it) on the real node.
         goops = wait_for(samples_completed(system), "the samples' Goops to complete", timeout=90)
+        rest = EpicREST(
+            system.resource("allocator").endpoints["rest"],
+            system.dev_dir / "allocator" / "ca.crt",
+            bearer(read_token(system.dev_dir / "allocator" / "root.token")),
+        )
+        group = rest.get("/api/epic/accounts/root/groups/dev-public")
         after_crash = crash_and_recover(system, "jobs")
     finally:
         processes = list(system.processes.values())
@@ -115,6 +123,9 @@ def test_dev_system_runs_everything_and_carries_traffic(system: DevSystem) -> No
     token_file = system.dev_dir / "allocator" / "root.token"
     assert f"CA {system.dev_dir / 'allocator' / 'ca.crt'}  root's token {token_file}" in summary, summary
     assert token_file.stat().st_mode & 0o777 == 0o600
+    # EPIC's REST API beside it, on the same certificate and with the same token.
+    assert f"  https://{system.resource('allocator').endpoints['rest']}/api/epic" in summary, summary
+    assert group.status == 200 and group.body["link"]["self"] == "/api/epic/accounts/root/groups/dev-public", group
     assert "registration API serves plaintext" not in (logs / "allocator.log").read_text()
     tunnels = {tunnel_of(summary, *n) for n in (("sample-acnodal", "192.168.1.30"), ("dev-public", LB_CLIENT_NODE))}
     assert len({line.split("tunnel ")[1] for line in tunnels if line}) == 2, f"two nodes, two tunnel IDs: {tunnels}"

@@ -9,6 +9,8 @@ The data path through a real Envoy is tests/e2e/node/test_epic_rest_traffic.py.
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import uuid
@@ -38,6 +40,7 @@ TENANT_LABEL = "tollgate.io/test-tenant"
 PASSWORD = "s3cret-enough"
 NODE_ADDRESS = "192.0.2.71"
 OTHER_NODE = "192.0.2.72"
+SLOW_BODY_SECONDS = 2
 
 
 @dataclass
@@ -116,6 +119,7 @@ def system(
             TOLLGATE_ALLOCATOR_REST_ADDRESS=rest_address,
             TOLLGATE_ALLOCATOR_XDS_ADDRESS="127.0.0.1:18000",
             TOLLGATE_ALLOCATOR_GUE_ADDRESS="192.0.2.9",
+            TOLLGATE_ALLOCATOR_REST_BODY_TIMEOUT_SECONDS=str(SLOW_BODY_SECONDS),
         ),
     )
     registration = Registration(
@@ -507,3 +511,19 @@ def test_health_and_unknown_routes(system: System) -> None:
     assert expect(api.get("/api/epic/healthz"), 200).body == {"message": "ok"}
     reply = expect(api.get("/api/epic/nothing-here"), 404)
     assert reply.error == "no route GET /api/epic/nothing-here"
+
+
+def test_a_body_dripped_slower_than_the_limit_gets_408_and_the_connection_is_closed(system: System) -> None:
+    account, _ = accounts(system)
+    host, _, port = system.rest_address.rpartition(":")
+    context = ssl.create_default_context(cafile=str(system.ca_file))
+    context.check_hostname = False
+    with socket.create_connection((host, int(port)), timeout=30) as raw, context.wrap_socket(raw) as tls:
+        head = (
+            f"POST {base_path(account)}/slices HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Authorization: {basic(f'agent-{account}', PASSWORD)}\r\nContent-Length: 100\r\n\r\n{{"
+        )
+        tls.sendall(head.encode())
+        answer = tls.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408 "), answer
+    assert f"body: not all of it arrived within {SLOW_BODY_SECONDS} s" in answer

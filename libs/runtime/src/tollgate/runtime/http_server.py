@@ -36,6 +36,7 @@ class HTTPServer:
         *,
         reload_seconds: float = 1.0,
         keep_alive_seconds: int = 5,
+        max_concurrency: int | None = None,
     ) -> None:
         self.tls = tls
         self.reload_seconds = reload_seconds
@@ -48,6 +49,7 @@ class HTTPServer:
             access_log=False,
             lifespan="off",
             timeout_keep_alive=keep_alive_seconds,
+            limit_concurrency=max_concurrency,  # above it: 503 at once, instead of a queue an attacker can grow
         )
         self.server = _Server(config)
 

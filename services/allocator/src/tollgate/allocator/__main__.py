@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import grpc
+from opentelemetry.trace import TracerProvider
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -70,6 +71,12 @@ class Settings(ServiceSettings, EndpointPolicySettings):
     rest_max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Largest request body the REST API accepts (413 above it)."
     )
+    rest_body_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Time a REST request's body may take to arrive (408 after it)."
+    )
+    rest_max_concurrent_requests: int = Field(
+        default=256, ge=1, description="Connections and requests of the REST API at once; more get 503."
+    )
     xds_address: str = Field(
         default="tollgate-xds.epic.svc:18000", description="HOST:PORT of the xDS server the Envoy proxies connect to."
     )
@@ -114,16 +121,22 @@ def credentials(settings: Settings) -> grpc.ServerCredentials | None:
     return ServingCertificate(settings.grpc_cert_dir).grpc_credentials()
 
 
-def rest_server(settings: Settings, kube: Kube, registry: Registry, accounts: Credentials) -> HTTPServer:
+def rest_server(
+    settings: Settings, kube: Kube, registry: Registry, accounts: Credentials, tracer_provider: TracerProvider
+) -> HTTPServer:
     async def users_of(account: str) -> str | None:
         return await kube.secret_value(account_namespace(account), API_USERS_SECRET, API_USERS_KEY)
 
     app = create_app(
-        EpicObjects(kube, registry), Authenticator(users_of, accounts.account_of), settings.rest_max_body_bytes
+        EpicObjects(kube, registry),
+        Authenticator(users_of, accounts.account_of),
+        settings.rest_max_body_bytes,
+        tracer_provider,
+        settings.rest_body_timeout_seconds,
     )
     host, port = split_address(settings.rest_address)
     tls = None if settings.grpc_cert_dir is None else ServingCertificate(settings.grpc_cert_dir)
-    return HTTPServer(app, host, port, tls)
+    return HTTPServer(app, host, port, tls, max_concurrency=settings.rest_max_concurrent_requests)
 
 
 def limits(settings: Settings) -> grpc_server.Limits:
@@ -163,7 +176,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
         limits(settings),
         lambda: not context.health.readiness(),
     )
-    rest = rest_server(settings, kube, registry, accounts)
+    rest = rest_server(settings, kube, registry, accounts, context.telemetry.tracer_provider)
     rest_serving = asyncio.create_task(rest.serve())
     rest_serving.add_done_callback(lambda _: context.stop.set())  # it ended on its own: the service stops, and says why
     context.health.add_readiness_check("rest", lambda: rest.started or "EPIC's REST API is not serving yet")

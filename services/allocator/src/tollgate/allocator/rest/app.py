@@ -4,6 +4,7 @@ POST or PUT, 409 with Location for what exists already, DELETE that succeeds whe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,10 @@ import urllib3
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from kubernetes import client
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.trace import TracerProvider
 from starlette.requests import ClientDisconnect
 
 from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
@@ -25,6 +30,7 @@ from tollgate.runtime.optimistic import OptimisticUpdateError
 
 log = logging.getLogger("tollgate.allocator.rest")
 MAX_BODY_BYTES = 1024 * 1024
+BODY_SECONDS = 30.0
 ERROR_HEADER = "x-epic-error-message"
 # Final answers to the caller's request, by the error that ended it (the API server's own are mapped below).
 ERRORS: tuple[tuple[type[BaseException], int], ...] = (
@@ -90,14 +96,29 @@ def deleted(name: str, existed: bool) -> JSONResponse:
     return JSONResponse({"message": f"{name} deleted" if existed else f"{name} was not there"})
 
 
-def create_app(objects: EpicObjects, authenticator: Authenticator, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    objects: EpicObjects,
+    authenticator: Authenticator,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    tracer_provider: TracerProvider | None = None,
+    body_seconds: float = BODY_SECONDS,
+) -> FastAPI:
+    """The routes; a body over `max_body_bytes` gets 413, one not all there within `body_seconds` 408 (a body dripped
+    slowly holds a connection for nothing)."""
     app = FastAPI(title="EPIC REST API (tollgate)", docs_url=None, redoc_url=None, openapi_url=None)
+    # One server span per request (in the caller's trace when it sends a traceparent), with the account and user.
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider(), exclude_spans=["receive", "send"]
+    )
 
     async def body_of(request: Request) -> object:
         try:
-            raw = await capped_body({k.lower(): v for k, v in request.headers.raw}, request.receive, max_body_bytes)
+            async with asyncio.timeout(body_seconds):
+                raw = await capped_body({k.lower(): v for k, v in request.headers.raw}, request.receive, max_body_bytes)
         except ClientDisconnect:
             raise BadBody(400, "body: the client went away before sending all of it") from None
+        except TimeoutError:
+            raise BadBody(408, f"body: not all of it arrived within {body_seconds:g} s") from None
         if raw is None:
             raise BadBody(413, f"body: larger than {max_body_bytes} bytes")
         try:
@@ -112,6 +133,7 @@ def create_app(objects: EpicObjects, authenticator: Authenticator, max_body_byte
             return error_response(401, str(error), {"WWW-Authenticate": REALM})
         except Forbidden as error:
             return error_response(403, str(error))
+        trace.get_current_span().set_attributes({"epic.account": caller.account, "epic.user": caller.user})
         try:
             return await work()
         except BadBody as error:
