@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import sys
@@ -17,7 +18,7 @@ from opentelemetry.trace import TracerProvider
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from tollgate.allocator.credentials import Credentials
+from tollgate.allocator.credentials import ApiUsers, Credentials, Lister, Watcher
 from tollgate.allocator.grpc import server as grpc_server
 from tollgate.allocator.handlers import build_registry
 from tollgate.allocator.k8s import Kube, new_identity, require_supported
@@ -29,12 +30,11 @@ from tollgate.allocator.rest.auth import Authenticator
 from tollgate.allocator.rest.objects import EpicObjects
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
 from tollgate.models.epic import (
-    API_USERS_KEY,
+    AGENT_CREDENTIALS_SECRET,
     API_USERS_SECRET,
     SYSTEM_NAMESPACE,
     EPICSpec,
     GUEEndpoint,
-    account_namespace,
 )
 from tollgate.runtime.backoff import Stopped, is_transient, until_done
 from tollgate.runtime.certificates import ServingCertificate
@@ -121,15 +121,22 @@ def credentials(settings: Settings) -> grpc.ServerCredentials | None:
     return ServingCertificate(settings.grpc_cert_dir).grpc_credentials()
 
 
-def rest_server(
-    settings: Settings, kube: Kube, registry: Registry, accounts: Credentials, tracer_provider: TracerProvider
-) -> HTTPServer:
-    async def users_of(account: str) -> str | None:
-        return await kube.secret_value(account_namespace(account), API_USERS_SECRET, API_USERS_KEY)
+def secrets_named(kube: Kube, name: str) -> tuple[Lister, Watcher]:
+    """How a WatchedSecrets lists and watches the Secrets `name` of every namespace."""
+    return functools.partial(kube.list_secrets_named, name), functools.partial(kube.watch_secrets_named, name)
 
+
+def rest_server(
+    settings: Settings,
+    kube: Kube,
+    registry: Registry,
+    accounts: Credentials,
+    api_users: ApiUsers,
+    tracer_provider: TracerProvider,
+) -> HTTPServer:
     app = create_app(
         EpicObjects(kube, registry),
-        Authenticator(users_of, accounts.account_of),
+        Authenticator(api_users.users_of, accounts.account_of),
         settings.rest_max_body_bytes,
         tracer_provider,
         settings.rest_body_timeout_seconds,
@@ -166,8 +173,10 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     else:
         ids = SeedTunnelIDs(epic, metrics)
     registry = Registry(kube, ids, epic, GUEEndpoint(epic_address=settings.gue_address), settings.endpoint_policy())
-    accounts = Credentials(kube.list_agent_credentials, kube.watch_agent_credentials)
+    accounts = Credentials(*secrets_named(kube, AGENT_CREDENTIALS_SECRET))
     accounts.start()
+    api_users = ApiUsers(*secrets_named(kube, API_USERS_SECRET))
+    api_users.start()
     server, port = await grpc_server.start(
         registry,
         accounts,
@@ -176,7 +185,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
         limits(settings),
         lambda: not context.health.readiness(),
     )
-    rest = rest_server(settings, kube, registry, accounts, context.telemetry.tracer_provider)
+    rest = rest_server(settings, kube, registry, accounts, api_users, context.telemetry.tracer_provider)
     rest_serving = asyncio.create_task(rest.serve())
     rest_serving.add_done_callback(lambda _: context.stop.set())  # it ended on its own: the service stops, and says why
     context.health.add_readiness_check("rest", lambda: rest.started or "EPIC's REST API is not serving yet")
@@ -198,6 +207,7 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     finally:
         context.stop.set()  # whatever ended the service, the lease housekeeping stops with it
         accounts.close()
+        api_users.close()
         rest.stop()
         await stop_grpc_server(server, grace=2)
         await rest_serving

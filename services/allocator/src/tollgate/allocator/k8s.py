@@ -7,7 +7,6 @@ and the allocators share one event loop.
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import logging
 import threading
@@ -19,7 +18,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from tollgate.models.base import CustomResource, now_rfc3339
-from tollgate.models.epic import AGENT_CREDENTIALS_SECRET, NAMESPACE_CREATED_FOR, RemoteEndpoint
+from tollgate.models.epic import NAMESPACE_CREATED_FOR, RemoteEndpoint
 from tollgate.runtime.coalesce import Coalesced
 from tollgate.runtime.events import EventRecorder
 from tollgate.runtime.kube import (
@@ -39,7 +38,6 @@ JSON = dict[str, Any]
 Kind = type[CustomResource[Any, Any]]
 FIELD_MANAGER = "tollgate-allocator"
 LEASE_LABEL = "tollgate.io/allocator-lease"
-CREDENTIALS_SELECTOR = f"metadata.name={AGENT_CREDENTIALS_SECRET}"
 # Objects per page of a chunked list (Kube.pages).
 PAGE = 200
 # A list's objects as PartialObjectMetadata: their metadata only.
@@ -347,39 +345,28 @@ class Kube:
         """Post an Event on `obj` (a decision a user would wonder about)."""
         await self.events.post(object_reference(obj), "Warning" if warning else "Normal", reason, message)
 
-    # agent credentials: one Secret per account, its namespace the account (tollgate.allocator.credentials)
+    # per-account credentials: one Secret of a name per user namespace (tollgate.allocator.credentials)
 
-    def list_agent_credentials(self) -> tuple[list[JSON], str]:
-        """Every account's credentials Secret (blocking: the credentials thread calls it) and the list's version."""
-        listed = self.core.list_secret_for_all_namespaces(field_selector=CREDENTIALS_SELECTOR)
+    def list_secrets_named(self, name: str) -> tuple[list[JSON], str]:
+        """Every namespace's Secret `name` (blocking: the credentials threads call it) and the list's version."""
+        listed = self.core.list_secret_for_all_namespaces(field_selector=f"metadata.name={name}")
         items: list[JSON] = self.api.sanitize_for_serialization(listed.items)  # type: ignore[no-untyped-call]
         return items, str(listed.metadata.resource_version if listed.metadata else "")
 
-    def watch_agent_credentials(
-        self, resource_version: str, on_event: Callable[[str, JSON], None], stop: threading.Event
+    def watch_secrets_named(
+        self, name: str, resource_version: str, on_event: Callable[[str, JSON], None], stop: threading.Event
     ) -> str:
-        """Stream changes of the credentials Secrets until the server ends the watch; the version to resume from."""
+        """Stream changes of the Secrets `name` until the server ends the watch; the version to resume from."""
         watcher = Watch(resource_version)
         for kind, obj in watcher.events(
             self.core.list_secret_for_all_namespaces,
-            field_selector=CREDENTIALS_SELECTOR,
+            field_selector=f"metadata.name={name}",
             timeout_seconds=timeouts().watch,
         ):
             on_event(kind, obj)
             if stop.is_set():
                 break
         return watcher.resource_version
-
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        """One key of a Secret, decoded; None when the Secret or the key is absent."""
-        try:
-            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
-        except client.ApiException as error:
-            if is_not_found(error):
-                return None
-            raise
-        encoded = (secret.data or {}).get(key)
-        return None if encoded is None else base64.b64decode(encoded).decode(errors="replace")
 
     # leases: one per running allocator, so that others can tell which block owners are alive
 

@@ -1,12 +1,10 @@
 """Who may call the REST API for an account: HTTP Basic against the account's htpasswd Secret `api-users` (key
-`auth`, bcrypt, as EPIC's `epicctl create user` writes it), or the account's bearer token (the registration API's,
-tollgate.allocator.credentials).
+`auth`, bcrypt, as EPIC's `epicctl create user` writes it), or the account's bearer token (the registration API's).
+Both come from watches kept in memory (tollgate.allocator.credentials): a request reads nothing from the API server.
 
-Each account's Secret is read at most once per `cache_seconds` (an absent one too), so a flood of requests,
-good or bad, costs the API server one read per account per interval. A password checked once is remembered
-(by the SHA-256 of account, user, password and stored hash) until the Secret changes, so a client's steady calls
-cost no bcrypt; the checks of unknown passwords run `MAX_CHECKS` at a time on threads, which caps what guessing
-can take from the service.
+A password checked once is remembered (by the SHA-256 of account, user, password and the stored hash, so a changed
+hash forgets it), so a client's steady calls cost no bcrypt; the checks of unknown passwords run `MAX_CHECKS` at a
+time on threads, which caps what guessing can take from the service.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import base64
 import binascii
 import hashlib
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,8 +21,7 @@ from dataclasses import dataclass
 from tollgate.runtime import htpasswd
 
 log = logging.getLogger("tollgate.allocator.rest.auth")
-CACHE_SECONDS = 2.0
-MAX_ACCOUNTS_CACHED = 4096
+MAX_REMEMBERED = 4096
 MAX_CHECKS = 2
 REALM = 'Basic realm="epic", charset="UTF-8"'
 
@@ -49,14 +45,13 @@ TokenAccounts = Callable[[str], Awaitable[str | None]]
 
 
 class Authenticator:
-    def __init__(self, users_of: UsersReader, account_of_token: TokenAccounts, cache_seconds: float = CACHE_SECONDS):
+    def __init__(self, users_of: UsersReader, account_of_token: TokenAccounts) -> None:
         """`users_of(account)`: the htpasswd text of the account's Secret, None without one. `account_of_token`:
         the account a bearer token stands for."""
         self.users_of = users_of
         self.account_of_token = account_of_token
-        self.cache_seconds = cache_seconds
-        self._users: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
-        self._verified: set[bytes] = set()
+        self._verified: OrderedDict[bytes, None] = OrderedDict()
+        self._unsupported_logged: set[tuple[str, str]] = set()
         self._checks = asyncio.Semaphore(MAX_CHECKS)
 
     async def caller(self, authorization: str | None, account: str) -> Caller:
@@ -88,30 +83,26 @@ class Authenticator:
             return False
         key = hashlib.sha256("\0".join((account, user, password, hashed)).encode()).digest()
         if key in self._verified:
+            self._verified.move_to_end(key)
             return True
         async with self._checks:
             matches = await asyncio.to_thread(htpasswd.verify, hashed, password)
         if matches:
-            self._verified.add(key)
+            self._verified[key] = None
+            while len(self._verified) > MAX_REMEMBERED:
+                self._verified.popitem(last=False)
         return matches
 
     async def _account_users(self, account: str) -> dict[str, str]:
-        cached = self._users.get(account)
-        if cached is not None and time.monotonic() - cached[0] < self.cache_seconds:
-            return cached[1]
         try:
             users = htpasswd.parse(await self.users_of(account) or "")
         except ValueError as error:  # closed, not open: a broken Secret lets nobody in
             log.warning("the api-users Secret of account %s cannot be read: %s", account, error)
-            users = {}
-        if unsupported := htpasswd.unsupported(users):
-            log.warning("account %s: users %s have no bcrypt hash and cannot log in", account, ", ".join(unsupported))
-        if cached is not None and cached[1] != users:
-            self._verified.clear()  # a changed or removed password stops working at once
-        self._users[account] = (time.monotonic(), users)
-        self._users.move_to_end(account)
-        while len(self._users) > MAX_ACCOUNTS_CACHED:
-            self._users.popitem(last=False)
+            return {}
+        for user in htpasswd.unsupported(users):
+            if (account, user) not in self._unsupported_logged:
+                self._unsupported_logged.add((account, user))
+                log.warning("account %s: user %s has no bcrypt hash and cannot log in", account, user)
         return users
 
 
