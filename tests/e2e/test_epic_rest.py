@@ -163,7 +163,7 @@ def accounts(system: System) -> tuple[str, str]:
     return mine, other
 
 
-def proxy(uid: str, port: int = 8080) -> dict[str, Any]:
+def proxy(uid: str, port: int = 8080, public_address: str = "") -> dict[str, Any]:
     """A GWProxy as pure-gateway sends it: Gateway API v1 fields included (allowedRoutes, an empty address)."""
     return {
         "proxy": {
@@ -171,7 +171,7 @@ def proxy(uid: str, port: int = 8080) -> dict[str, Any]:
             "spec": {
                 "clientRef": {"clusterID": "puregw-1", "namespace": "default", "name": "edge", "uid": uid},
                 "display-name": "edge",
-                "public-address": "",
+                "public-address": public_address,
                 "public-ports": [{"port": port, "protocol": "TCP"}],
                 "gateway": {
                     "gatewayClassName": "epic",
@@ -480,6 +480,12 @@ HOSTILE = {
     "an endpoint at the metadata address": Hostile(
         "/services/shared-probe/endpoints", METADATA_ENDPOINT, 422, "address: 169.254.169.254"
     ),
+    "a public address outside the group's pool": Hostile(
+        "/groups/gw/proxies",
+        proxy(str(uuid.uuid4()), public_address="192.0.2.10"),
+        422,
+        "proxy.spec.public-address: 192.0.2.10 is not in the pool 192.0.2.232-192.0.2.239 of group 'gw'",
+    ),
     "a service of an unknown group": Hostile(
         "/groups/nope/services", {"service": {"metadata": {"name": "x"}, "spec": {}}}, 404, "group: no LBServiceGroup"
     ),
@@ -527,3 +533,15 @@ def test_a_body_dripped_slower_than_the_limit_gets_408_and_the_connection_is_clo
         answer = tls.recv(65536).decode()
     assert answer.startswith("HTTP/1.1 408 "), answer
     assert f"body: not all of it arrived within {SLOW_BODY_SECONDS} s" in answer
+
+
+def test_an_agent_may_ask_for_an_address_of_its_groups_pool(system: System) -> None:
+    account, _ = accounts(system)
+    api = system.as_user(account)
+    uid = str(uuid.uuid4())
+    posted, fetched = api.post_and_follow(
+        f"{base_path(account)}/groups/gw/proxies", proxy(uid, public_address="192.0.2.239")
+    )
+    expect(posted, 302)
+    assert expect(fetched, 200).body["proxy"]["spec"]["public-address"] == "192.0.2.239"
+    expect(api.delete(posted.location), 200)

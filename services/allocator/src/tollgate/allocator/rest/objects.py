@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from ipaddress import IPv4Address
 from typing import Any
 
 from kubernetes import client
@@ -27,6 +28,7 @@ from tollgate.models.base import WireModel, condition_status
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     DEFAULT_CLUSTER,
+    SYSTEM_NAMESPACE,
     Account,
     GWEndpointSlice,
     GWEndpointSliceSpec,
@@ -39,6 +41,8 @@ from tollgate.models.epic import (
     LoadBalancer,
     LoadBalancerSpec,
     RemoteEndpoint,
+    ServicePrefix,
+    ServicePrefixSpec,
     account_namespace,
 )
 
@@ -96,11 +100,12 @@ class EpicObjects:
     # proxies (GWProxy) and services (LoadBalancer): named by the client, allocated by the reconcile
 
     async def create_proxy(self, account: str, group: str, body: object) -> str:
-        await self.group(account, group)
+        found = await self.group(account, group)
         proxy = links.unwrapped(body, "proxy")
         spec = links.client_spec("proxy", proxy) | {"service-group": group}
         name = links.object_name("proxy.spec.clientRef.uid", (spec.get("clientRef") or {}).get("uid"))
         links.validated(GWProxySpec, spec, "proxy.spec")
+        await self._requested_address(found.obj, spec, "proxy.spec.public-address")
         await self._create(GWProxy, account, name, spec, links.proxy_path(account, name))
         await self._allocated(GWProxy, account, name)
         return links.proxy_path(account, name)
@@ -117,6 +122,7 @@ class EpicObjects:
         name = links.object_name("service.metadata.name", links.load_balancer_name(group, client_name, shareable))
         spec = links.client_spec("service", service) | {"service-group": group}
         links.validated(LoadBalancerSpec, spec, "service.spec")
+        await self._requested_address(found.obj, spec, "service.spec.public-address")
         await self._create(LoadBalancer, account, name, spec, links.service_path(account, name))
         await self._allocated(LoadBalancer, account, name)
         return links.service_path(account, name)
@@ -124,6 +130,25 @@ class EpicObjects:
     async def service(self, account: str, name: str) -> Found:
         obj = await self._get(LoadBalancer, account, name, "service")
         return Found("service", obj, links.service_links(account, obj))
+
+    async def _requested_address(self, group: JSON, spec: JSON, field: str) -> None:
+        """An agent may ask for a public address (a Service's loadBalancerIP) from its group's pool only: the
+        addresses beyond it are the account administrator's to hand out, with kubectl."""
+        wanted = spec.get("public-address")
+        if wanted is None:
+            return
+        prefix_name = LBServiceGroupSpec.model_validate(group.get("spec") or {}).service_prefix
+        prefix = None if prefix_name is None else await self.kube.get(ServicePrefix, SYSTEM_NAMESPACE, prefix_name)
+        if prefix is None:
+            raise InvalidArgumentError(
+                f"{field}: {wanted} cannot be asked for: group {group['metadata']['name']!r} has no address pool "
+                "(service-prefix)"
+            )
+        pool = ServicePrefixSpec.model_validate(prefix["spec"]).public_pool
+        if IPv4Address(wanted) not in pool:
+            raise InvalidArgumentError(
+                f"{field}: {wanted} is not in the pool {pool.pool} of group {group['metadata']['name']!r}"
+            )
 
     async def _create(self, kind: Kind, account: str, name: str, spec: JSON, location: str) -> JSON:
         namespace = account_namespace(account)
