@@ -79,11 +79,20 @@ def spans_by_service(trace: dict[str, Any]) -> list[tuple[str, str, dict[str, An
     return [(services[span["processID"]], span["operationName"], tags(span)) for span in trace["spans"]]
 
 
+def complete(trace: dict[str, Any]) -> bool:
+    """Every span's parent is in the trace (none is still on its way to Jaeger)."""
+    ids = {span["spanID"] for span in trace["spans"]}
+    references = (ref for span in trace["spans"] for ref in span.get("references", []) if ref["refType"] == "CHILD_OF")
+    return all(ref["spanID"] in ids for ref in references)
+
+
 def creation_trace(system: DevSystem) -> dict[str, Any] | None:
     """The trace with the webhook's admission, the allocator's reconcile of LB and an xds push to LB's Envoy that the
-    Envoy ACKed. Each service exports its spans on its own batch timer (5 s), so the trace is complete in Jaeger only
-    once all three have."""
+    Envoy ACKed, once complete: each service exports its spans on its own batch timer (5 s), so Jaeger may hold a
+    push before the reconcile that caused it."""
     for trace in system.jaeger.traces("tollgate-allocator"):
+        if not complete(trace):
+            continue
         spans = spans_by_service(trace)
         admitted = any(service == "tollgate-webhook" for service, _, _ in spans)
         reconciled = any(

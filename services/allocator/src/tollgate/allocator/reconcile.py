@@ -335,14 +335,15 @@ class Reconciler:
     async def _public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
         """The object's public address from its group's ServicePrefix: kept when it holds one, claimed when given,
         else the pool's first free one. Without a prefix the address is the user's (or none)."""
-        kind = PROXY_KINDS[obj["kind"]]
         meta, spec = obj["metadata"], proxy_spec(obj)
         group_obj = await self.kube.get(LBServiceGroup, meta["namespace"], spec.service_group)
-        group = LBServiceGroupSpec.model_validate(group_obj["spec"] or {}) if group_obj else None
-        prefix = group.service_prefix if group else None
+        if group_obj is None:
+            return True, reason, allocated, obj
+        group = LBServiceGroupSpec.model_validate(group_obj["spec"] or {})
+        prefix = group.service_prefix
         if prefix is None:
-            if group is not None and not spec.endpoints:
-                obj = await self._patch_endpoints(obj, group, spec.public_address)
+            if not spec.endpoints:
+                obj = await self._write_address(obj, group, spec.public_address, with_address=False)
             return True, reason, allocated, obj
         try:
             address = await self.addresses.claim(prefix, obj, spec.public_address)
@@ -355,27 +356,29 @@ class Reconciler:
             return await self._address_refused(obj, "PublicAddressTaken", f"spec.public-address: {error}")
         except allocation.ExhaustedError as error:
             return await self._address_refused(obj, "PublicAddressesExhausted", f"ServicePrefix {prefix}: {error}")
+        if spec.public_address != address or not spec.endpoints:
+            obj = await self._write_address(obj, group, address, with_address=spec.public_address != address)
         if spec.public_address != address:
-            obj = await self.kube.patch(
-                kind, meta["namespace"], meta["name"], {"spec": {"public-address": str(address)}}
-            )
             await self.kube.event(
                 obj, "PublicAddressAllocated", f"public address {address} from ServicePrefix {prefix}"
             )
-        if not spec.endpoints and group is not None:
-            obj = await self._patch_endpoints(obj, group, address)
         return True, reason, f"{allocated}, public address {address} (ServicePrefix {prefix})", obj
 
-    async def _patch_endpoints(self, obj: JSON, group: LBServiceGroupSpec, address: IPv4Address | None) -> JSON:
-        """Give the object its DNS record from the group's endpoint-template, as EPIC does once (EPIC's clients
-        read `spec.endpoints[0].dnsName` without checking that it is there)."""
-        endpoint = proxy.dns_endpoint(obj, group, address)
-        meta = obj["metadata"]
-        patched = await self.kube.patch(
-            PROXY_KINDS[obj["kind"]], meta["namespace"], meta["name"], {"spec": {"endpoints": [endpoint.to_wire()]}}
-        )
-        log.info("DNS name %s for %s %s/%s", endpoint.dns_name, obj["kind"], meta["namespace"], meta["name"])
-        return patched
+    async def _write_address(
+        self, obj: JSON, group: LBServiceGroupSpec, address: IPv4Address | None, *, with_address: bool
+    ) -> JSON:
+        """Write the public address (when `with_address`) and, unless the object has them, its DNS records from the
+        group's endpoint-template, as EPIC does once (EPIC's clients read `spec.endpoints[0].dnsName` without
+        checking that it is there). One spec write: each write of a reconcile carries the reconcile's span as its
+        trace parent, and the webhook takes a second write carrying the same parent for one that carries none."""
+        meta, changes = obj["metadata"], dict[str, Any]()
+        if with_address:
+            changes["public-address"] = str(address)
+        if not obj["spec"].get("endpoints"):
+            endpoint = proxy.dns_endpoint(obj, group, address)
+            changes["endpoints"] = [endpoint.to_wire()]
+            log.info("DNS name %s for %s %s/%s", endpoint.dns_name, obj["kind"], meta["namespace"], meta["name"])
+        return await self.kube.patch(PROXY_KINDS[obj["kind"]], meta["namespace"], meta["name"], {"spec": changes})
 
     async def _address_refused(self, lb: JSON, reason: str, message: str) -> tuple[bool, str, str, JSON]:
         await self.kube.event(lb, reason, message, warning=True)
