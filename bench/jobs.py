@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import report
 from bench.measure import cpu_seconds, rss_mib
-from tollgate.jobs.planning import Worker, job_manifest
+from tollgate.jobs.workers import Worker, job_manifest
 from tollgate.models.goop import GROUP, VERSION, Goop, GoopSpec
 from tollgate.runtime.kube import api_client, is_not_found
 from tollgate.testing.cluster import EmbeddedCluster

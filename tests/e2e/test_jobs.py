@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from tollgate.jobs.planning import GOOP_UID_LABEL
+from tollgate.jobs.workers import GOOP_UID_LABEL
 from tollgate.models.base import parse_rfc3339
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory

@@ -6,24 +6,19 @@ from typing import Any
 
 import pytest
 
-from tollgate.jobs.planning import (
+from tollgate.jobs.nodes import NodeInfo, node_info, schedulable, tolerates
+from tollgate.jobs.planning import Plan, created_event, plan
+from tollgate.jobs.workers import (
     GOOP_UID_LABEL,
     INDEX_ANNOTATION,
     NODE_ANNOTATION,
-    NodeInfo,
     ObservedJob,
-    Plan,
     Worker,
-    created_event,
     job_event_urgent,
     job_manifest,
-    node_info,
     observe_job,
     owner_uid,
-    plan,
     records_job,
-    schedulable,
-    tolerates,
     worker_name,
 )
 from tollgate.models.goop import Goop, GoopSpec, GoopStatus

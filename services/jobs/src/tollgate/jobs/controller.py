@@ -33,19 +33,9 @@ from pydantic import ValidationError
 
 from tollgate.jobs import metrics as jobs_metrics
 from tollgate.jobs.k8s import GoopApi
-from tollgate.jobs.planning import (
-    FAILED,
-    FINISHED,
-    GoopEvent,
-    NodeInfo,
-    ObservedJob,
-    Worker,
-    created_event,
-    job_event_urgent,
-    job_manifest,
-    plan,
-    records_job,
-)
+from tollgate.jobs.nodes import NodeInfo
+from tollgate.jobs.planning import GoopEvent, created_event, plan
+from tollgate.jobs.workers import FAILED, FINISHED, ObservedJob, Worker, job_event_urgent, job_manifest, records_job
 from tollgate.models.base import merge_patch, now_rfc3339
 from tollgate.models.goop import Goop, GoopStatus
 from tollgate.runtime.backoff import Backoff

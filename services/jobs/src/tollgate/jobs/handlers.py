@@ -13,15 +13,8 @@ from typing import Any
 import kopf
 
 from tollgate.jobs.controller import Reconciler
-from tollgate.jobs.planning import (
-    GOOP_UID_LABEL,
-    NodeInfo,
-    ObservedJob,
-    goop_owner,
-    node_info,
-    observe_job,
-    owner_uid,
-)
+from tollgate.jobs.nodes import NodeInfo, node_info
+from tollgate.jobs.workers import GOOP_UID_LABEL, ObservedJob, goop_owner, observe_job, owner_uid
 from tollgate.models.goop import GROUP, VERSION
 from tollgate.runtime.operator import configure
 
