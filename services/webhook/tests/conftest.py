@@ -75,6 +75,12 @@ def defaults() -> Callable[[Model, dict[str, Any]], JSONPatch]:
     return defaults_for
 
 
+@pytest.fixture
+def group(sample: Callable[[str], Obj]) -> Obj:
+    """The service group the sample load balancers name, in their namespace."""
+    return sample("LBServiceGroup")
+
+
 @pytest.fixture(scope="session")
 def store_with() -> Callable[..., Store]:
     """`store_with(obj, ...)`: a synced cache holding exactly these objects."""

@@ -82,6 +82,14 @@ def account(namespace: str, name: str) -> Obj:
     return {"apiVersion": EPIC_API_VERSION, "kind": "Account", "metadata": {"name": name, "namespace": namespace}}
 
 
+def named(obj: Obj, name: str, namespace: str | None = None) -> Obj:
+    """`obj` renamed in place (and moved to `namespace`, when given)."""
+    obj["metadata"]["name"] = name
+    if namespace is not None:
+        obj["metadata"]["namespace"] = namespace
+    return obj
+
+
 def with_value(obj: Obj, path: str, value: Any) -> Obj:
     """`obj` with the value at a dotted path (list indexes as numbers) replaced."""
     obj = copy.deepcopy(obj)

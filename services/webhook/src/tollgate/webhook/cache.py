@@ -1,7 +1,7 @@
 """The informer cache: the last seen version of every watched object, with the indexes the rules look up.
 
 Pure bookkeeping, no I/O: the informers (k8s.py) feed it list results and watch events on the event loop,
-and validation reads it through `get` and `lookup` (the `View` of validation.py).
+and validation reads it through `get` and `lookup` (the `View` of tollgate.webhook.validation).
 """
 
 from __future__ import annotations
