@@ -29,6 +29,7 @@ from tollgate.testing.cluster import EmbeddedCluster, node_manifest
 from tollgate.testing.fakedo import FakeDigitalOcean, FakeDigitalOceanThread
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes, node_ready
+from tollgate.testing.objects import config_map_data
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
 
@@ -186,22 +187,13 @@ def wait_assigned(custom: client.CustomObjectsApi, namespace: str, node: str, na
     return wait_for(assigned, f"RoutedIP {name} assigned to {node}", timeout=30)
 
 
-def config_map_data(core: client.CoreV1Api, name: str) -> dict[str, str]:
-    try:
-        return dict(core.read_namespaced_config_map(name, SYSTEM_NAMESPACE).data or {})
-    except client.ApiException as error:
-        if error.status == 404:
-            return {}
-        raise
-
-
 def holders(core: client.CoreV1Api, ip: str) -> list[str]:
     """The nodes the local provider recorded the IP on."""
-    return sorted(config_map_data(core, local.ip_config_map(ip)))
+    return sorted(config_map_data(core, local.ip_config_map(ip), SYSTEM_NAMESPACE))
 
 
 def firewall_record(core: client.CoreV1Api, class_name: str) -> dict[str, set[str]]:
-    data = config_map_data(core, local.firewall_config_map(class_name))
+    data = config_map_data(core, local.firewall_config_map(class_name), SYSTEM_NAMESPACE)
     return {node: set(ports.split(",")) for node, ports in data.items()}
 
 

@@ -29,6 +29,7 @@ from tollgate.routedip.providers import local
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.objects import config_map_data
 from tollgate.testing.rbac import render_chart
 from tollgate.testing.wait import wait_for
 
@@ -136,18 +137,9 @@ def not_accepted(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
     return wait_for(probe, f"ClusterRoutedIPClass {name} not Accepted", timeout=30)
 
 
-def config_map_data(core: client.CoreV1Api, name: str) -> dict[str, str]:
-    try:
-        return dict(core.read_namespaced_config_map(name, SYSTEM_NAMESPACE).data or {})
-    except client.ApiException as error:
-        if error.status == 404:
-            return {}
-        raise
-
-
 def opened_ports(core: client.CoreV1Api, class_name: str) -> set[str]:
     """The ports the local provider recorded as open in the class's firewall, on any node."""
-    data = config_map_data(core, local.firewall_config_map(class_name))
+    data = config_map_data(core, local.firewall_config_map(class_name), SYSTEM_NAMESPACE)
     return {port for ports in data.values() for port in ports.split(",") if port}
 
 
@@ -204,7 +196,8 @@ def test_a_routed_ip_of_a_service_in_another_namespace_is_refused_and_opens_noth
             lambda: opened_ports(core, class_name), "the firewall to open the RoutedIP's own NodePort", timeout=30
         )
         assert opened == {f"tcp/{own_port}"}, f"the other namespace's NodePort {victim_port} stays closed"
-        assert config_map_data(core, local.ip_config_map("203.0.113.41")) == {}, "its IP is assigned nowhere"
+        recorded = config_map_data(core, local.ip_config_map("203.0.113.41"), SYSTEM_NAMESPACE)
+        assert recorded == {}, "its IP is assigned nowhere"
     finally:
         release(custom, namespace)
 

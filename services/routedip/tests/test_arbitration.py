@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from tollgate.routedip.arbitration import conflict_message, holder_instead, rivals
+from tollgate.routedip.arbitration import conflict_message, holder_instead, letting_go, nodes_to_let_go, rivals
 from tollgate.routedip.state import RoutedIPState, routed_ip_state
 
 
@@ -73,3 +74,20 @@ def test_the_message_names_the_winner_only_within_the_namespace() -> None:
     other = conflict_message(loser, rip("tenant-b", "theirs", "2026-01-01T00:00:00Z"))
     assert "a RoutedIP of another namespace" in other
     assert "tenant-b" not in other and "theirs" not in other
+
+
+def test_the_holder_waits_for_newer_claims_placed_before_it_to_let_go(routed_ip: Callable[..., RoutedIPState]) -> None:
+    holder = routed_ip("old", created="2026-01-01T00:00:00Z")
+    placed = routed_ip("new", created="2026-01-01T00:00:05Z", assigned="a", target="b")
+    waiting = routed_ip("newer", created="2026-01-01T00:00:09Z")
+    assert letting_go(holder, [holder, placed, waiting]) == [placed]
+    assert letting_go(holder, [holder, waiting]) == [], "no rival is placed: the holder acts"
+
+
+def test_a_claim_giving_way_unassigns_only_where_no_rival_records_the_address(
+    routed_ip: Callable[..., RoutedIPState],
+) -> None:
+    holder = routed_ip("old", created="2026-01-01T00:00:00Z", assigned="b")
+    loser = routed_ip("new", created="2026-01-01T00:00:05Z", assigned="a", target="b")
+    assert nodes_to_let_go(loser, [holder, loser]) == ["a"], "b is where the holder has the address"
+    assert nodes_to_let_go(loser, [loser]) == ["a", "b"]

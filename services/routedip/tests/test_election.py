@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -14,11 +15,12 @@ from tollgate.routedip.election import (
     ElectionInput,
     Policy,
     backing_nodes,
+    class_usage,
     decide,
     ineligibility,
     usage_by_node,
 )
-from tollgate.routedip.state import Endpoint, NodeState, PodState, ServiceState, SliceState
+from tollgate.routedip.state import Endpoint, NodeState, PodState, RoutedIPState, ServiceState, SliceState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -222,6 +224,19 @@ def test_a_service_without_selector_is_backed_by_its_endpoint_slices() -> None:
 
 def test_usage_counts_holders_and_targets() -> None:
     assert usage_by_node([{"a"}, {"a", "b"}, set()]) == {"a": 2, "b": 1}
+
+
+def test_the_per_node_limit_counts_the_other_ips_of_the_class_and_reservations_being_written(
+    routed_ip: Callable[..., RoutedIPState],
+) -> None:
+    electing = routed_ip("electing", ip="203.0.113.1", assigned="a")
+    moving = routed_ip("moving", ip="203.0.113.2", assigned="a", target="b")
+    reserving = routed_ip("reserving", ip="203.0.113.3")
+    other_class = routed_ip("other", ip="203.0.113.4", class_name="other", assigned="c")
+    everyone = [electing, moving, reserving, other_class]
+    assert class_usage(electing, everyone, {}) == {"a": 1, "b": 1}, "not its own place, not another class's"
+    being_written = {reserving.key: ("c", "c"), other_class.key: ("other", "a")}
+    assert class_usage(electing, everyone, being_written) == {"a": 1, "b": 1, "c": 1}
 
 
 names = st.sampled_from(["n0", "n1", "n2", "n3", "n4"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
-from tollgate.routedip.firewall import PortRule, machine_id, node_ports, plan_firewall
-from tollgate.routedip.state import NodeState, PodState, ServicePort, ServiceState
+from tollgate.routedip.firewall import PortRule, machine_id, node_ports, nodes_to_open, plan_firewall
+from tollgate.routedip.state import NodeState, PodState, RoutedIPState, ServicePort, ServiceState
 
 RANGE = (30000, 32767)
 SERVICE = ServiceState(
@@ -100,3 +101,26 @@ def test_machine_ids_come_from_the_provider_id(provider_id: str | None, expected
 def test_port_rules_read_and_print_alike() -> None:
     assert PortRule.parse("udp/53") == PortRule("udp", 53)
     assert str(PortRule("tcp", 443)) == "tcp/443"
+
+
+def test_the_holder_opens_its_ports_and_a_move_target_before_or_after_the_assignment(
+    routed_ip: Callable[..., RoutedIPState],
+) -> None:
+    held = routed_ip("held", ip="203.0.113.1", assigned="a")
+    moving = routed_ip("moving", ip="203.0.113.2", assigned="b", target="c")
+    assert nodes_to_open([held, moving], "c", post_allow=False) == [(("a", "web"), {"a"}), (("a", "web"), {"b", "c"})]
+    assert nodes_to_open([held, moving], "c", post_allow=True) == [(("a", "web"), {"a"}), (("a", "web"), {"b"})]
+    after_assign = nodes_to_open([moving], "c", post_allow=True, extra={moving.key: {"c"}})
+    assert after_assign == [(("a", "web"), {"b", "c"})], "firewallPostAllow: the target once it holds the IP"
+
+
+def test_nothing_is_opened_for_a_routed_ip_leaving_of_another_class_or_of_another_namespaces_service(
+    routed_ip: Callable[..., RoutedIPState],
+) -> None:
+    own = routed_ip("own", ip="203.0.113.1", assigned="a")
+    leaving = routed_ip("leaving", ip="203.0.113.2", assigned="a", deleting=True)
+    released = routed_ip("released", ip="203.0.113.3", assigned="a")
+    other_class = routed_ip("other", ip="203.0.113.4", class_name="other", assigned="a")
+    theirs = routed_ip("theirs", ip="203.0.113.5", service=("victim", "db"), assigned="a")
+    opened = nodes_to_open([own, leaving, released, other_class, theirs], "c", False, excluding=released.key)
+    assert opened == [(("a", "web"), {"a"})]

@@ -1,4 +1,5 @@
-"""Objects of tollgate's kinds as a user would write them, for tests that create them through the API server."""
+"""Objects of tollgate's kinds as a user would write them, for tests that create them through the API server, and
+what is stored, read back."""
 
 from __future__ import annotations
 
@@ -123,4 +124,14 @@ def read(custom: client.CustomObjectsApi, kind: str, name: str, namespace: str |
     except client.ApiException as error:
         if error.status == 404:
             return None
+        raise
+
+
+def config_map_data(core: client.CoreV1Api, name: str, namespace: str) -> dict[str, str]:
+    """A ConfigMap's data (what the routedip local provider records, among others), empty when there is none."""
+    try:
+        return dict(core.read_namespaced_config_map(name, namespace).data or {})
+    except client.ApiException as error:
+        if error.status == 404:
+            return {}
         raise

@@ -7,7 +7,8 @@ import sys
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from tollgate.routedip.controller import FAILPOINTS, Controller, ControllerConfig
+from tollgate.routedip.config import FAILPOINTS, ControllerConfig
+from tollgate.routedip.controller import Controller
 from tollgate.routedip.handlers import build_registry
 from tollgate.routedip.k8s import Kube
 from tollgate.runtime.leader import lease_config

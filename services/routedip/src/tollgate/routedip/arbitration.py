@@ -41,3 +41,16 @@ def conflict_message(loser: RoutedIPState, winner: RoutedIPState) -> str:
         f"spec.routedIP: {loser.ip} is already routed by {who}, an older claim; one RoutedIP per address, "
         "this one takes over if that one is deleted"
     )
+
+
+def letting_go(rip: RoutedIPState, others: Iterable[RoutedIPState]) -> list[RoutedIPState]:
+    """The rivals still placed on a node (they are unassigning the address there): `rip` waits for them, or it
+    could assign the address where a newer claim is about to unassign it."""
+    return [other for other in rivals(rip, others) if other.placement.nodes()]
+
+
+def nodes_to_let_go(rip: RoutedIPState, others: Iterable[RoutedIPState]) -> list[str]:
+    """The nodes `rip` records, but those a rival records (the address is that one's there, unassigning it is
+    that one's to do): where the address is unassigned when `rip` gives way or is deleted."""
+    held_by_rivals = {node for other in rivals(rip, others) for node in other.placement.nodes()}
+    return sorted(rip.placement.nodes() - held_by_rivals)

@@ -21,7 +21,7 @@ from typing import Literal
 
 from tollgate.models.nodes import UNSCHEDULABLE_TAINT
 from tollgate.models.routedip import MOVE_TAINT_KEY
-from tollgate.routedip.state import NodeState, PodState, ServiceState, SliceState
+from tollgate.routedip.state import NodeState, PodState, RoutedIPState, ServiceState, SliceState
 
 # Taints that announce a node is going away, whatever their effect.
 DRAIN_TAINTS = frozenset(
@@ -206,3 +206,20 @@ def usage_by_node(placements: Iterable[set[str]]) -> dict[str, int]:
         for node in nodes:
             usage[node] = usage.get(node, 0) + 1
     return usage
+
+
+def class_usage(
+    rip: RoutedIPState, routed_ips: Iterable[RoutedIPState], reserving: Mapping[tuple[str, str], tuple[str, str]]
+) -> dict[str, int]:
+    """How many of the other routed IPs of `rip`'s class hold, are moving to, or are being reserved on each node
+    (`reserving`: RoutedIP key -> (className, node) of the reservations still being written)."""
+
+    def reserved(key: tuple[str, str]) -> set[str]:
+        reservation = reserving.get(key)
+        return {reservation[1]} if reservation is not None and reservation[0] == rip.class_name else set()
+
+    return usage_by_node(
+        other.placement.nodes() | reserved(other.key)
+        for other in routed_ips
+        if other.class_name == rip.class_name and other.key != rip.key
+    )

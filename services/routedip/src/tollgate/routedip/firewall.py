@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tollgate.routedip.state import NodeState, PodState, ServiceState
+from tollgate.models.routedip import service_ref_rule
+from tollgate.routedip.state import NodeState, PodState, RoutedIPState, ServiceState
 
 
 @dataclass(frozen=True, order=True)
@@ -85,6 +86,31 @@ def node_ports(
             continue
         rules.update(PortRule(protocol.lower(), port) for protocol, port in pod.host_ports if not low <= port <= high)
     return frozenset(rules)
+
+
+def nodes_to_open(
+    routed_ips: Iterable[RoutedIPState],
+    class_name: str,
+    post_allow: bool,
+    extra: Mapping[tuple[str, str], set[str]] | None = None,
+    excluding: tuple[str, str] | None = None,
+) -> list[tuple[tuple[str, str], set[str]]]:
+    """Per RoutedIP of the class, its Service (namespace, name) and the nodes that must allow the Service's ports:
+    the holder, the target of a move in progress unless `post_allow` (firewallPostAllow), and what `extra` adds.
+    A RoutedIP being deleted, `excluding`, or one of a Service of another namespace (it never opens another
+    namespace's NodePorts) opens nothing."""
+    opened = []
+    for rip in routed_ips:
+        if rip.class_name != class_name or rip.deleting or rip.key == excluding:
+            continue
+        if service_ref_rule(rip.namespace, rip.service[0]):
+            continue
+        on = {rip.placement.assigned} if rip.placement.assigned else set()
+        if rip.placement.target and not post_allow:
+            on.add(rip.placement.target)
+        on |= (extra or {}).get(rip.key, set())
+        opened.append((rip.service, on))
+    return opened
 
 
 def plan_firewall(

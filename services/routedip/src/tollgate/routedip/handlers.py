@@ -13,7 +13,8 @@ from typing import Any
 import kopf
 
 from tollgate.models.routedip import GROUP, VERSION
-from tollgate.routedip.controller import Controller, Indexes
+from tollgate.routedip.cache import Indexes
+from tollgate.routedip.controller import Controller
 from tollgate.routedip.state import (
     class_state,
     node_state,
