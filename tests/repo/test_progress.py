@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from tollgate.testing.dev import LogFollower, Progress, busy_ports, left_behind
+from tollgate.testing.dev.ports import busy_ports, left_behind
+from tollgate.testing.dev.progress import LogFollower, Progress
 from tollgate.testing.tools import repo_root, versions
 from tollgate.testing.wait import wait_for
 

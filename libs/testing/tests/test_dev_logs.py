@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tollgate.testing.dev import rotate_logs
+from tollgate.testing.dev.supervisor import rotate_logs
 
 
 def test_each_run_keeps_one_previous_log_per_service_and_drops_per_pid_logs(tmp_path: Path) -> None:
