@@ -23,6 +23,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
+from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
 from tollgate.runtime.kube import api_client
 from tollgate.testing import agents
 from tollgate.testing.chaos import (
@@ -33,9 +35,6 @@ from tollgate.testing.chaos import (
     LEASE_SECONDS,
     NAMESPACE,
     REQUEST_SECONDS,
-    ROUTEDIP_GROUP,
-    ROUTEDIP_NAMESPACE,
-    ROUTEDIP_VERSION,
     SERVICES,
     TABLE,
     WATCH_SECONDS,
@@ -45,7 +44,9 @@ from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.fakedo import FakeDigitalOceanThread
 from tollgate.testing.faultproxy import FaultProxy, proxied_kubeconfig, server_of
+from tollgate.testing.fixtures import embedded_cluster
 from tollgate.testing.nodes import HOLD_POLICY_OBJECTS, Nodes
+from tollgate.testing.rbac import NAMESPACE as SYSTEM_NAMESPACE
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tls import allocator_env, tls_endpoint
@@ -88,17 +89,10 @@ def _account(cluster: EmbeddedCluster, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def chaos_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
-    workdir = tmp_path_factory.mktemp("kwok-chaos")
-    cluster = EmbeddedCluster(
-        f"tollgate-chaos-{os.getpid()}", workdir, workdir / "kubeconfig", real_node=True, fake_nodes_take_pods=True
-    )
-    try:
-        cluster.up(nodes=3)
-        cluster.install_crds()
+    workdir, name = tmp_path_factory.mktemp("kwok-chaos"), f"tollgate-chaos-{os.getpid()}"
+    with embedded_cluster(workdir, name, real_node=True, fake_nodes_take_pods=True) as cluster:
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(HOLD_POLICY_OBJECTS))
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +101,17 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
     directory = tmp_path_factory.mktemp("chaos")
     kube = api_client(cluster.kubeconfig)
     core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
-    for namespace in (NAMESPACE, ROUTEDIP_NAMESPACE):
+    for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace, check=False)
     token = base64.b64encode(DO_TOKEN.encode()).decode()
     core.create_namespaced_secret(
-        ROUTEDIP_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=DO_SECRET), data={"token": token})
+        SYSTEM_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=DO_SECRET), data={"token": token})
     )
     allocator_tls = tls_endpoint(directory / "allocator-tls")
     settings = {
         "xds": {**xds_settings(cluster.host_address), "TOLLGATE_XDS_RESYNC_PERIOD_S": "5"},
         "jobs": {},
-        "routedip": {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": ROUTEDIP_NAMESPACE, "TOLLGATE_ROUTEDIP_LOG_FORMAT": "text"},
+        "routedip": {"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": SYSTEM_NAMESPACE, "TOLLGATE_ROUTEDIP_LOG_FORMAT": "text"},
         "allocator": allocator_env(allocator_tls, TOLLGATE_ALLOCATOR_LEASE_SECONDS=str(LEASE_SECONDS)),
     }
     services: dict[str, ServiceProcess] = {}
@@ -165,7 +159,7 @@ async def system(chaos_cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPa
                 "className": DO_CLASS,
                 "provider": "digitalocean",
                 "moveCooldownSeconds": 0,
-                "fromSecretsRef": [{"name": DO_SECRET, "namespace": ROUTEDIP_NAMESPACE}],
+                "fromSecretsRef": [{"name": DO_SECRET, "namespace": SYSTEM_NAMESPACE}],
                 "digitalocean": {"apiURL": fake.url},
             },
         }

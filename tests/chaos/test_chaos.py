@@ -22,7 +22,9 @@ import pytest
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.models.epic import GROUP as EPIC_GROUP
 from tollgate.models.epic import VERSION as EPIC_VERSION
-from tollgate.testing.chaos import DO_CLASS, NAMESPACE, ROUTEDIP_GROUP, ROUTEDIP_VERSION, SERVICES, TABLE, System
+from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
+from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
+from tollgate.testing.chaos import DO_CLASS, NAMESPACE, SERVICES, TABLE, System
 from tollgate.testing.faultproxy import Mode, break_the_network
 from tollgate.testing.wait import eventually
 from tollgate.testing.xds import (

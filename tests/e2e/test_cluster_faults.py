@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.fixtures import embedded_cluster
 from tollgate.testing.wait import ConditionTimeoutError, wait_for
 
 FREEZE_SECONDS = 45  # the stall: longer than a leader's renew deadline (10 s) and lease (15 s)
@@ -25,13 +26,8 @@ ELECTED = ("kube-controller-manager", "kube-scheduler")  # the components that r
 
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
-    workdir = tmp_path_factory.mktemp("kwok-faults")
-    cluster = EmbeddedCluster(f"tollgate-faults-{os.getpid()}", workdir, workdir / "kubeconfig")
-    try:
-        cluster.up(nodes=1)
+    with embedded_cluster(tmp_path_factory.mktemp("kwok-faults"), f"tollgate-faults-{os.getpid()}", nodes=1) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 def assert_a_new_job_gets_a_pod(cluster: EmbeddedCluster, name: str) -> None:

@@ -24,7 +24,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
     reason = node.unsupported_reason()
     if reason is not None:
         pytest.skip(f"tests/e2e/node needs the real node: {reason}")
-    yield from embedded_cluster(tmp_path_factory.mktemp("real-node"), "tollgate-node-tests", real_node=True)
+    with embedded_cluster(tmp_path_factory.mktemp("real-node"), "tollgate-node-tests", real_node=True) as embedded:
+        yield embedded
 
 
 @pytest.fixture(scope="package")

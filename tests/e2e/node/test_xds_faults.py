@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tollgate.models.base import raw_condition
 from tollgate.models.envoy import XDS_CLUSTER
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
@@ -42,10 +43,6 @@ from tollgate.testing.xds import (
 pytestmark = pytest.mark.e2e
 
 
-def programmed(obj: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == "Programmed")
-
-
 async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_envoy_converge(
     core: client.CoreV1Api,
     custom: client.CustomObjectsApi,
@@ -64,7 +61,7 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
         await _xds_cluster_keeps_alive(envoy_ip)
         with port_taken(cluster, container, 3002):
             apply_vs(custom, namespace, udp_virtual_service("bad", "bad-l", 3002, "bad-c", target))
-            rejected = programmed(await condition(custom, namespace, "bad", "Programmed", "Rejected"))
+            rejected = raw_condition(await condition(custom, namespace, "bad", "Programmed", "Rejected"), "Programmed")
             assert rejected["status"] == "False"
             assert rejected["message"].startswith(f"Envoy edge.{namespace} rejected generation 1: ")
             assert f"{namespace}/bad/bad-l" in rejected["message"], "Envoy's own error_detail, naming the listener"
@@ -74,7 +71,8 @@ async def test_a_rejected_virtual_service_is_held_back_and_the_others_on_its_env
             await condition(custom, namespace, "good", "Programmed", "Programmed")
             assert await answer(envoy_ip, 3003) == "echo", "the good VirtualService serves traffic"
             assert (await stats(envoy_ip))["listener_manager.lds.update_rejected"] == 1, "the rejected one not resent"
-            assert programmed(read_vs(custom, namespace, "bad"))["reason"] == "Rejected", "the bad one stays rejected"
+            bad_condition = raw_condition(read_vs(custom, namespace, "bad"), "Programmed")
+            assert bad_condition["reason"] == "Rejected", "the bad one stays rejected"
             dump = await asyncio.to_thread(xds.api, f"/debug/envoys/edge.{namespace}")
             held = dump[0]["types"]["listeners"]["held_back"]
             assert list(held) == [f"VirtualService {namespace}/bad"]
@@ -174,7 +172,7 @@ async def test_two_replicas_merge_their_envoys_into_one_status_that_does_not_fla
     assert [e["node"] for e in status["envoys"]] == [f"edge-xds-a.{namespace}", f"edge-xds-b.{namespace}"]
     assert sorted(status["replicas"]) == [f"{namespace}/xds-a", f"{namespace}/xds-b"]
     assert all(r["proxies"] == 1 for r in status["replicas"].values()), "each replica reports its own Envoy"
-    assert "2/2 Envoys run generation 1" in programmed(obj)["message"]
+    assert "2/2 Envoys run generation 1" in raw_condition(obj, "Programmed")["message"]
 
     version = obj["metadata"]["resourceVersion"]
     samples = []

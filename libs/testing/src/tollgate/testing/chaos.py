@@ -80,11 +80,9 @@ class ChaosTable:
 
 
 NAMESPACE = "chaos"
-ROUTEDIP_NAMESPACE = "tollgate-system"
 DO_TOKEN = "chaos-token"
 DO_SECRET = "digitalocean-token"  # the one Secret the routedip chart lets it read (tokenSecrets)
 DO_CLASS = "chaos-do"
-ROUTEDIP_GROUP, ROUTEDIP_VERSION = "routedip.tollgate.io", "v1alpha1"
 DROPLETS = (400000, 400001, 400002)  # the providerIDs of the cluster's three nodes
 WATCH_SECONDS = 10  # the services give a hung watch up after 15 s (KubeTimeouts.watch_client)
 REQUEST_SECONDS = 5

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -47,15 +48,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         reused.install_crds()
         yield reused
         return
-    yield from embedded_cluster(tmp_path_factory.mktemp("kwok"), f"tollgate-test-{os.getpid()}")
+    with embedded_cluster(tmp_path_factory.mktemp("kwok"), f"tollgate-test-{os.getpid()}") as embedded:
+        yield embedded
 
 
-def embedded_cluster(workdir: Path, name: str, real_node: bool = False) -> Iterator[EmbeddedCluster]:
-    """A cluster of NODES KWOK nodes (and the real node), CRDs installed, for a fixture to yield; deleted after."""
-    embedded = EmbeddedCluster(name, workdir, workdir / "kubeconfig", real_node=real_node)
+@contextlib.contextmanager
+def embedded_cluster(
+    workdir: Path, name: str, nodes: int = NODES, real_node: bool = False, fake_nodes_take_pods: bool = False
+) -> Iterator[EmbeddedCluster]:
+    """A cluster of `nodes` KWOK nodes (and the real node), CRDs installed, for a fixture to yield; deleted after."""
+    embedded = EmbeddedCluster(
+        name, workdir, workdir / "kubeconfig", real_node=real_node, fake_nodes_take_pods=fake_nodes_take_pods
+    )
     try:
-        seconds = embedded.up(NODES)
-        print(f"\nembedded cluster ready in {seconds:.1f} s ({NODES} nodes{', the real node' if real_node else ''})")
+        seconds = embedded.up(nodes)
+        print(f"\nembedded cluster ready in {seconds:.1f} s ({nodes} nodes{', the real node' if real_node else ''})")
         embedded.install_crds()
         yield embedded
     finally:

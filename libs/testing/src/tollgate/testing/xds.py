@@ -16,6 +16,7 @@ import aiohttp
 import yaml
 from kubernetes import client
 
+from tollgate.models.base import raw_condition
 from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL, ads_bootstrap
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
@@ -234,9 +235,9 @@ async def condition(
 
     async def probe() -> dict[str, Any] | None:
         obj = read_vs(custom, namespace, name)
-        status = obj.get("status") or {}
-        found = next((c for c in status.get("conditions", []) if c["type"] == type_), None)
-        if found and found["reason"] == reason and status.get("observedGeneration") == obj["metadata"]["generation"]:
+        found = raw_condition(obj, type_)
+        observed = (obj.get("status") or {}).get("observedGeneration")
+        if found and found["reason"] == reason and observed == obj["metadata"]["generation"]:
             return obj
         return None
 
