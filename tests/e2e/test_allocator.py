@@ -499,7 +499,7 @@ async def test_a_load_balancer_reconciled_twice_at_once_gets_one_service_id(
     reconciler = Reconciler(
         kube, Registry(kube, SeedTunnelIDs(epic, metrics), epic, gue), metrics, trace.get_tracer(__name__), XDS_ADDRESS
     )
-    await asyncio.gather(*(reconciler.reconcile_load_balancer(copy.deepcopy(body)) for _ in range(2)))
+    await asyncio.gather(*(reconciler.load_balancers.reconcile(copy.deepcopy(body)) for _ in range(2)))
 
     assert get(custom, "loadbalancers", namespace, "twice")["spec"]["service-id"] == 1
     assert get(custom, "accounts", namespace, account)["status"]["current-service-id"] == 1, "one ID taken, not two"

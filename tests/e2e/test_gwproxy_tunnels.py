@@ -16,7 +16,8 @@ import pytest
 from kubernetes import client
 
 from tollgate.allocator.k8s import Kube
-from tollgate.allocator.registry import TUNNELS, Registry
+from tollgate.allocator.registry import Registry
+from tollgate.allocator.registry.records import TUNNELS
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics
 from tollgate.models.epic import GROUP, VERSION, EPICSpec, GUEEndpoint
 from tollgate.runtime.kube import api_client
@@ -200,7 +201,7 @@ async def test_convergences_at_once_on_two_replicas_end_with_one_id_per_node(
           endpoint_slice("web-1", namespace, "svc-uid", before))  # fmt: skip
 
     async def converge_at_once() -> dict[str, int]:
-        await asyncio.gather(*(registry.converge_gateways(namespace) for registry in registries * 5))
+        await asyncio.gather(*(registry.gateways.converge(namespace) for registry in registries * 5))
         recorded = {node: int(entry["tunnel-id"]) for node, entry in tunnels(custom, namespace, "edge").items()}
         assert len(set(recorded.values())) == len(recorded), f"an ID held by two nodes: {recorded}"
         return recorded

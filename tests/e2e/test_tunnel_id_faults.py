@@ -16,7 +16,9 @@ from kubernetes import client
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.allocator.k8s import JSON, Kind, Kube
-from tollgate.allocator.registry import TUNNELS, Endpoint, Registry
+from tollgate.allocator.registry import Registry
+from tollgate.allocator.registry.records import TUNNELS
+from tollgate.allocator.registry.registrations import Endpoint
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics
 from tollgate.models.epic import GROUP, SINGLETON_NAME, SYSTEM_NAMESPACE, VERSION, EPICSpec, GUEEndpoint, LoadBalancer
 from tollgate.runtime.kube import api_client
@@ -96,7 +98,7 @@ async def test_an_answer_lost_after_the_write_landed_does_not_hand_the_tunnel_id
 ) -> None:
     registry, kube = lossy_registry
     (first, _), (second, _) = [
-        await registry.register(account, "lb", address, Endpoint(8080), node_address=node)
+        await registry.registrations.register(account, "lb", address, Endpoint(8080), node_address=node)
         for address, node in (("127.77.9.11", "127.77.9.1"), ("127.77.9.21", "127.77.9.2"))
     ]
     assert not kube.armed, "the first node's tunnel write lost its answer"

@@ -1,4 +1,4 @@
-"""The kopf handlers: thin, each reads the event and calls the Reconciler."""
+"""The kopf handlers: thin, each reads the event and calls the Reconciler's part for its kind."""
 
 from __future__ import annotations
 
@@ -50,52 +50,52 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.create(*account, registry=registry)
     @kopf.on.update(*account, registry=registry)
     async def account_changed(body: kopf.Body, **_: Any) -> None:
-        await reconciler.reconcile_account(_raw(body))
+        await reconciler.accounts.reconcile(_raw(body))
 
     @kopf.on.delete(*account, registry=registry)
     async def account_deleted(body: kopf.Body, **_: Any) -> None:
-        await reconciler.cleanup_account(_raw(body))
+        await reconciler.accounts.clean_up(_raw(body))
 
     @kopf.on.resume(*lb, registry=registry)
     @kopf.on.create(*lb, registry=registry)
     @kopf.on.update(*lb, registry=registry)
     async def load_balancer_changed(body: kopf.Body, **_: Any) -> None:
-        if retry := await reconciler.reconcile_load_balancer(_raw(body)):
+        if retry := await reconciler.load_balancers.reconcile(_raw(body)):
             raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
 
     @kopf.on.resume(*gwp, registry=registry)
     @kopf.on.create(*gwp, registry=registry)
     @kopf.on.update(*gwp, registry=registry)
     async def gwproxy_changed(body: kopf.Body, **_: Any) -> None:
-        if retry := await reconciler.reconcile_gwproxy(_raw(body)):
+        if retry := await reconciler.gwproxies.reconcile(_raw(body)):
             raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
 
     @kopf.on.event(*lb, registry=registry)
     @kopf.on.event(*gwp, registry=registry)
     async def proxy_object_event(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] == "DELETED":
-            await reconciler.proxy_deleted(copy.deepcopy(dict(event["object"])))
+            await reconciler.proxies.deleted(copy.deepcopy(dict(event["object"])))
 
     # Addresses of holders deleted while no allocator watched are freed at start and then now and then.
     @kopf.on.resume(*prefix, registry=registry)
     @kopf.timer(*prefix, interval=PREFIX_SWEEP_SECONDS, registry=registry)
     async def prefix_sweep(body: kopf.Body, **_: Any) -> None:
-        await reconciler.prefix_changed(_raw(body))
+        await reconciler.proxies.prefix_changed(_raw(body))
 
     @kopf.on.create(*group, registry=registry)
     @kopf.on.update(*group, registry=registry)
     async def group_changed(body: kopf.Body, **_: Any) -> None:
-        await reconciler.group_changed(_raw(body))
+        await reconciler.groups.changed(_raw(body))
 
     @kopf.on.delete(*group, registry=registry)
     async def group_deleted(body: kopf.Body, **_: Any) -> None:
-        await reconciler.group_deleted(_raw(body))
+        await reconciler.groups.deleted(_raw(body))
 
     @kopf.on.event("apps", "v1", "deployments", id="lb", labels={LOAD_BALANCER_LABEL: kopf.PRESENT}, registry=registry)
     @kopf.on.event("apps", "v1", "deployments", id="gwp", labels={GWPROXY_LABEL: kopf.PRESENT}, registry=registry)
     async def proxy_changed(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] != "DELETED":
-            await reconciler.proxy_changed(copy.deepcopy(dict(event["object"])))
+            await reconciler.proxies.deployment_changed(copy.deepcopy(dict(event["object"])))
 
     # RemoteEndpoints are handled per event, without kopf's progress annotations: most are created by the gRPC
     # path with their tunnel already assigned, and this only repairs or completes what it finds.
@@ -104,16 +104,16 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         obj = copy.deepcopy(dict(event["object"]))
         deleted = event["type"] == "DELETED"
         if deleted:
-            await reconciler.remote_endpoint_deleted(obj)
+            await reconciler.remote_endpoints.deleted(obj)
         else:
-            await reconciler.remote_endpoint_seen(obj)
-        await reconciler.endpoints_changed(obj, deleted)
+            await reconciler.remote_endpoints.seen(obj)
+        await reconciler.remote_endpoints.update_endpoints_matched(obj, deleted)
 
     # GWRoutes and GWEndpointSlices are the client's objects, handled per event (no progress annotations written on
     # them): any change, deletion too, converges the tunnels of the GWProxies of their namespace.
     @kopf.on.event(*route, registry=registry)
     @kopf.on.event(*slice_, registry=registry)
     async def gateway_part_event(event: kopf.RawEvent, **_: Any) -> None:
-        await reconciler.gateway_tunnels(event["object"]["metadata"]["namespace"])
+        await reconciler.gwproxies.converge_tunnels(event["object"]["metadata"]["namespace"])
 
     return registry

@@ -17,15 +17,9 @@ from opentelemetry import trace
 from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
 from tollgate.allocator.grpc._generated import allocator_pb2 as pb
 from tollgate.allocator.grpc._generated import allocator_pb2_grpc as pb_grpc
-from tollgate.allocator.registry import (
-    AbortedError,
-    AlreadyExistsError,
-    Endpoint,
-    FailedPreconditionError,
-    NotFoundError,
-    Registry,
-    Tunnel,
-)
+from tollgate.allocator.registry import Registry
+from tollgate.allocator.registry.errors import AbortedError, AlreadyExistsError, FailedPreconditionError, NotFoundError
+from tollgate.allocator.registry.registrations import Endpoint, Tunnel
 from tollgate.models.epic import LoadBalancerSpec, LoadBalancerStatus, ServicePort
 from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.runtime.optimistic import OptimisticUpdateError
@@ -164,7 +158,7 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         self, request: pb.RegisterEndpointRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RegisterEndpointResponse:
         async def work() -> pb.RegisterEndpointResponse:
-            tunnel, created = await self.registry.register(
+            tunnel, created = await self.registry.registrations.register(
                 request.account,
                 request.load_balancer,
                 request.address,
@@ -182,7 +176,9 @@ class AllocatorService(pb_grpc.AllocatorServicer):
     ) -> pb.UnregisterEndpointResponse:
         async def work() -> pb.UnregisterEndpointResponse:
             port = Endpoint(request.port.port, request.port.protocol) if request.HasField("port") else None
-            removed = await self.registry.unregister(request.account, request.load_balancer, request.address, port)
+            removed = await self.registry.registrations.unregister(
+                request.account, request.load_balancer, request.address, port
+            )
             return pb.UnregisterEndpointResponse(deleted=removed > 0, removed=removed)
 
         attributes = {"account": request.account, "load_balancer": request.load_balancer, "address": request.address}
@@ -192,7 +188,7 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         self, request: pb.GetLoadBalancerRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LoadBalancer:
         async def work() -> pb.LoadBalancer:
-            lb, tunnels = await self.registry.load_balancer(request.account, request.name)
+            lb, tunnels = await self.registry.registrations.load_balancer(request.account, request.name)
             spec = LoadBalancerSpec.model_validate(lb["spec"])
             status = LoadBalancerStatus.model_validate(lb.get("status") or {})
             return pb.LoadBalancer(
@@ -215,7 +211,7 @@ class AllocatorService(pb_grpc.AllocatorServicer):
         self, request: pb.ListTunnelsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTunnelsResponse:
         async def work() -> pb.ListTunnelsResponse:
-            tunnels = await self.registry.tunnels(request.account, request.load_balancer)
+            tunnels = await self.registry.registrations.tunnels(request.account, request.load_balancer)
             return pb.ListTunnelsResponse(tunnels=[tunnel_message(t) for t in tunnels])
 
         attributes = {"account": request.account, "load_balancer": request.load_balancer}

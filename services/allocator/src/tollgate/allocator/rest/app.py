@@ -20,7 +20,7 @@ from opentelemetry.trace import TracerProvider
 from starlette.requests import ClientDisconnect
 
 from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
-from tollgate.allocator.registry import AbortedError, AlreadyExistsError, FailedPreconditionError, NotFoundError
+from tollgate.allocator.registry.errors import AbortedError, AlreadyExistsError, FailedPreconditionError, NotFoundError
 from tollgate.allocator.rest.auth import REALM, Authenticator, Forbidden, Unauthenticated
 from tollgate.allocator.rest.links import BASE
 from tollgate.allocator.rest.objects import NAMED, DuplicateError, EpicObjects, Found

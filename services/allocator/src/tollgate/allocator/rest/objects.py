@@ -15,14 +15,10 @@ from kubernetes import client
 
 from tollgate.allocator.allocation import InvalidArgumentError, validate_name
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
-from tollgate.allocator.registry import (
-    CLUSTERS,
-    Endpoint,
-    NotFoundError,
-    Registry,
-    identity,
-    pointer,
-)
+from tollgate.allocator.registry import Registry
+from tollgate.allocator.registry.errors import NotFoundError
+from tollgate.allocator.registry.records import CLUSTERS, identity, pointer
+from tollgate.allocator.registry.registrations import Endpoint
 from tollgate.allocator.rest import links
 from tollgate.models.base import WireModel, condition_status
 from tollgate.models.epic import (
@@ -244,7 +240,7 @@ class EpicObjects:
         port = spec.get("port") or {}
         if not isinstance(port, dict) or not isinstance(port.get("port"), int):
             raise InvalidArgumentError("endpoint.spec.port.port: required (a number)")
-        tunnel, created = await self.registry.register(
+        tunnel, created = await self.registry.registrations.register(
             account,
             service,
             str(spec.get("address") or ""),
@@ -272,7 +268,7 @@ class EpicObjects:
         except NotFoundError:
             return False
         lb, address, port, protocol = identity(found.obj["spec"])
-        return await self.registry.unregister(account, lb, address, Endpoint(port, protocol)) > 0
+        return await self.registry.registrations.unregister(account, lb, address, Endpoint(port, protocol)) > 0
 
     async def create_cluster(self, account: str, service: str, body: object) -> str:
         if not isinstance(body, dict):
@@ -282,7 +278,7 @@ class EpicObjects:
         location = links.cluster_path(account, service, cluster)
         if cluster in (lb.get("status") or {}).get(CLUSTERS, []):
             raise DuplicateError(f"duplicate cluster {cluster!r}", location)
-        await self.registry.admit_cluster(lb, cluster)
+        await self.registry.clusters.admit(lb, cluster)
         return location
 
     async def cluster(self, account: str, service: str, cluster: str) -> Found:
@@ -302,7 +298,7 @@ class EpicObjects:
         for rep in await self.kube.remote_endpoints_of(namespace, service):
             if rep["spec"].get("cluster", DEFAULT_CLUSTER) == cluster:
                 _, address, port, protocol = identity(rep["spec"])
-                await self.registry.unregister(account, service, address, Endpoint(port, protocol))
+                await self.registry.registrations.unregister(account, service, address, Endpoint(port, protocol))
         current = await self.kube.get(LoadBalancer, namespace, service)
         clusters: list[Any] = list(((current or {}).get("status") or {}).get(CLUSTERS) or [])
         if cluster not in clusters:  # its last endpoint took it along
