@@ -3,7 +3,7 @@ written as Markdown and JSON under `.dev/bench/` (each bench's raw results besid
 
     .venv/bin/python -m bench                   # every bench at its defaults
     .venv/bin/python -m bench --quick           # each bench's --quick (CI smoke)
-    .venv/bin/python -m bench --only xds allocator
+    .venv/bin/python -m bench --only xds allocator allocator_reads
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from bench import report
 
-BENCHES = ("allocator", "xds", "routedip", "webhook", "jobs", "memory")  # each: --json, --quick, rows(results)
+# Each: --json, --quick, rows(results).
+BENCHES = ("allocator", "allocator_reads", "xds", "routedip", "webhook", "jobs", "memory")
 
 
 def run(name: str, quick: bool, output: Path) -> list[report.Row] | None:

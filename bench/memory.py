@@ -152,10 +152,11 @@ def allocator_prepare(kube: client.ApiClient, count: int, labels: dict[str, str]
     objects.create(custom, group)
 
 
-def allocator_bodies(count: int) -> list[Obj]:
-    """Each LoadBalancer and its two RemoteEndpoints, each endpoint on a client node of its own (one tunnel each)."""
+def allocator_bodies(count: int, first: int = 0) -> list[Obj]:
+    """Each LoadBalancer (`lb-<first>` on) and its two RemoteEndpoints, each endpoint on a client node of its own (one
+    tunnel each)."""
     bodies: list[Obj] = []
-    for i in range(count):
+    for i in range(first, first + count):
         name = f"lb-{i}"
         spec = {"public-address": f"192.168.{100 + i // 250}.{i % 250 + 1}", "service-group": "web"}
         bodies.append(objects.load_balancer(USER_NAMESPACE, name, spec | {"public-ports": [{"port": 8080}]}))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tollgate.testing import node
+from tollgate.testing import node, requirements
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import TCPEcho, UDPEcho, tcp_request, udp_request
 from tollgate.testing.rbac import default_replicas, release_namespaces
@@ -31,7 +31,6 @@ from tollgate.testing.wait import eventually, wait_for
 
 SERVICES = ["webhook", "allocator", "xds", "routedip", "jobs"]
 ROOT = repo_root()
-pytestmark = pytest.mark.skipif(node.unsupported_reason() is not None, reason=str(node.unsupported_reason()))
 
 UPSTREAM = "192.0.2.60"  # a simulated remote client node's endpoint, on the node's link
 PUBLIC_ADDRESS = "192.0.2.201"  # the load balancer's: the node routes it to its Envoy pod
@@ -101,6 +100,12 @@ class Deployment:
 def _ready(pod: dict[str, Any]) -> bool:
     conditions = pod.get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_node_prerequisites() -> None:
+    """Before the module's other fixtures: skipped without the real node, failed in CI (testing.requirements)."""
+    requirements.require_real_node("tests/e2e/test_charts_deployed.py")
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,15 @@ from kubernetes import client
 from tollgate.models import ALL_KINDS
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.compare import assert_contains
+from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import repo_root, versions
 from tollgate.testing.wait import wait_for
 
 SAMPLES = repo_root() / "deploy" / "samples"
 # The namespaces and prerequisites first, the way a user applies them.
-ORDERED = sorted(SAMPLES.glob("*.yaml"), key=lambda p: (not p.name.startswith("epic-"), p.name))
+ORDERED = nonempty(
+    sorted(SAMPLES.glob("*.yaml"), key=lambda p: (not p.name.startswith("epic-"), p.name)), "deploy/samples/*.yaml"
+)
 
 
 def test_nodes_are_simulated_with_loopback_pod_cidrs(core: client.CoreV1Api) -> None:

@@ -18,7 +18,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tollgate.models.envoy import ADMIN_PORT, ENVOY_PROXY_LABEL
+from tollgate.allocator import proxy
+from tollgate.models.envoy import ADMIN_PORT, ENVOY_CONTAINER, ENVOY_PROXY_LABEL
+from tollgate.models.epic import LBServiceGroupSpec
 from tollgate.runtime.metrics import PROCESS, Metric
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
@@ -36,6 +38,12 @@ ALLOCATOR_SERVICE = "tollgate.allocator.v1.Allocator"
 ADS_SERVICE = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 STANDARD = {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
 DASHBOARD = repo_root() / "deploy" / "grafana" / "tollgate.json"
+ENVOY_LOAD_BALANCER = {
+    "apiVersion": "epic.acnodal.io/v1",
+    "kind": "LoadBalancer",
+    "metadata": {"name": "web", "namespace": "epic-acme", "uid": "u-1"},
+    "spec": {"service-group": "sample"},
+}
 
 
 def declared(service: str) -> list[Metric]:
@@ -141,7 +149,17 @@ def test_the_allocator_chart_renders_a_pod_monitor_for_envoy_admin_stats() -> No
     (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
     assert monitor["spec"]["selector"]["matchLabels"] == {ENVOY_PROXY_LABEL: "true"}
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "admin", "path": "/stats/prometheus", "interval": "30s"}]
-    assert ADMIN_PORT == 9901
+    # The pods it selects are the allocator's Envoy pods; Prometheus finds the port by its name, so the Envoy
+    # container must name one `admin`, whatever its number: the number is the pod's to say.
+    pod = proxy.deployment(ENVOY_LOAD_BALANCER, "acme", LBServiceGroupSpec(), "bootstrap")["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (envoy,) = [c for c in pod["spec"]["containers"] if c["name"] == ENVOY_CONTAINER]
+    named = {port["name"]: port for port in envoy.get("ports", [])}
+    assert "admin" in named, f"the Envoy container names no port admin: {envoy.get('ports')}"
+    admin = named["admin"]
+    assert admin.get("protocol", "TCP") == "TCP"
+    # That port is Envoy's admin listener, which no listener of a load balancer may take (the webhook refuses it).
+    assert admin["containerPort"] == ADMIN_PORT
 
 
 def test_xds_readiness_is_a_grpc_probe_and_the_allocator_keeps_http() -> None:

@@ -14,10 +14,13 @@ import yaml
 
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.rbac import service_account_kubeconfig
+from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 
-SERVICES = sorted(p.parent.name for p in (repo_root() / "services").glob("*/rbac.yaml"))
+SERVICES = nonempty(
+    sorted(p.parent.name for p in (repo_root() / "services").glob("*/rbac.yaml")), "services/*/rbac.yaml"
+)
 FORBIDDEN = [
     ("delete", "nodes", ""),
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io"),

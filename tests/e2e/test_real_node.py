@@ -21,16 +21,13 @@ from typing import Any
 
 import pytest
 
-from tollgate.testing import node
+from tollgate.testing import node, requirements
 from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
 from tollgate.testing.images import envoy_image_ref
 from tollgate.testing.tools import tool
 from tollgate.testing.wait import wait_for
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(node.unsupported_reason() is not None, reason=str(node.unsupported_reason())),
-]
+pytestmark = pytest.mark.e2e
 
 NODE_PODS = ipaddress.ip_network(node.NODE_POD_CIDR)
 
@@ -65,6 +62,12 @@ def create_cluster(workdir: Path, name: str) -> EmbeddedCluster:
     seconds = cluster.up(3)
     print(f"\ncluster {name} with the real node ready in {seconds:.1f} s")
     return cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_node_prerequisites() -> None:
+    """Before the module's other fixtures: skipped without the real node, failed in CI (testing.requirements)."""
+    requirements.require_real_node("tests/e2e/test_real_node.py")
 
 
 @pytest.fixture(scope="module")

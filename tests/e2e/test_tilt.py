@@ -11,16 +11,19 @@ from typing import Any
 
 import pytest
 
+from tollgate.testing import requirements
 from tollgate.testing.cluster import EmbeddedCluster, dev_cluster
 from tollgate.testing.rbac import release_namespaces
 from tollgate.testing.tilt import TiltUp, copy_checkout, tilt_binary, tilt_ci
-from tollgate.testing.tools import ToolsMissingError, repo_root
+from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
 
-try:
-    TILT = tilt_binary()
-except ToolsMissingError as missing:
-    pytest.skip(f"Tilt tests skipped: {missing}", allow_module_level=True)
+
+@pytest.fixture(scope="module", autouse=True)
+def tilt() -> Path:
+    """Tilt (make tools builds it from the offline source archive): skipped without it, failed in CI
+    (tollgate.testing.requirements)."""
+    return requirements.require_tool(tilt_binary, "Tilt tests")
 
 
 @pytest.fixture

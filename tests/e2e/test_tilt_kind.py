@@ -12,13 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tollgate.testing import requirements
 from tollgate.testing.tilt import tilt_binary, tiltfile_result
-from tollgate.testing.tools import ToolsMissingError, repo_root
-
-try:
-    tilt_binary()
-except ToolsMissingError as missing:
-    pytest.skip(f"Tilt kind-mode tests skipped: {missing}", allow_module_level=True)
+from tollgate.testing.tools import repo_root
 
 ROOT = repo_root()
 SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").exists())
@@ -30,6 +26,13 @@ CHART_USER = 10001
 NAMESPACED_RBAC = {"Role", "RoleBinding", "ServiceAccount"}
 
 Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tilt() -> Path:
+    """Tilt (make tools builds it from the offline source archive): skipped without it, failed in CI
+    (tollgate.testing.requirements)."""
+    return requirements.require_tool(tilt_binary, "Tilt kind-mode tests")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import allocator, jobs, memory, report, routedip, webhook, xds
+from bench import allocator, allocator_reads, jobs, memory, report, routedip, webhook, xds
 
 
 def xds_result(path: str, p99: float, cpu: float, rss: float, envoys: int = 50, changes: int = 0) -> dict[str, Any]:
@@ -136,6 +136,32 @@ def test_memory_rows_judge_each_services_peak_against_120_mb() -> None:
         ("memory: jobs with 1000 Goops (1 Job each)", "158 MB peak", False),
         ("memory: xds with 1000 VirtualServices (processed not all within 900 s)", "110 MB peak", False),
     ]
+
+
+def test_allocator_reads_rows_judge_each_later_batch_against_the_first() -> None:
+    batches = [
+        allocator_reads.Batch(5, 5, {"loadbalancers": 200_000.0, "remoteendpoints": 300_000.0}, 20.0, 1.0),
+        allocator_reads.Batch(25, 5, {"loadbalancers": 250_000.0, "remoteendpoints": 350_000.0}, 60.0, 2.0),
+        allocator_reads.Batch(100, 5, {"loadbalancers": 500_000.0, "remoteendpoints": 300_000.0}, 200.0, 3.0),
+    ]
+    rows = allocator_reads.rows([dataclasses.asdict(batch) for batch in batches])
+    assert [(row.what, row.tollgate, row.peer, round(row.ratio or 0, 2), row.met) for row in rows] == [
+        (
+            "allocator: bytes listed per load balancer of 5 added, 25 in the namespace",
+            "120.0 KB",
+            "100.0 KB (itself, 5 in the namespace)",
+            1.2,
+            True,
+        ),
+        (
+            "allocator: bytes listed per load balancer of 5 added, 100 in the namespace",
+            "160.0 KB",
+            "100.0 KB (itself, 5 in the namespace)",
+            1.6,
+            False,
+        ),
+    ]
+    assert allocator_reads.rows([]) == []
 
 
 def test_xds_sizes_are_envoys_by_listeners_and_bad_ones_name_the_form() -> None:

@@ -11,11 +11,14 @@ import jsonschema
 import pytest
 import yaml
 
+from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import hack_script, repo_root
 
 ROOT = repo_root()
 CHARTS = ROOT / "deploy" / "charts"
-CHART_NAMES = sorted(p.parent.name for p in CHARTS.glob("tollgate-*/values.yaml"))
+CHART_NAMES = nonempty(
+    sorted(p.parent.name for p in CHARTS.glob("tollgate-*/values.yaml")), "deploy/charts/tollgate-*/values.yaml"
+)
 
 
 def defaults(chart: str) -> dict[str, Any]:

@@ -10,10 +10,14 @@ from pathlib import Path
 from tollgate.testing import node
 from tollgate.testing.cluster import endpoint_policy_env
 from tollgate.testing.dev import DevSystem
+from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import repo_root
 
 ROOT = repo_root()
-SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").exists())
+SERVICES = nonempty(
+    sorted(p.name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").exists()),
+    "services/*/pyproject.toml",
+)
 
 
 def test_local_resources_start_in_an_order_that_respects_after_and_name_real_steps(tmp_path: Path) -> None:

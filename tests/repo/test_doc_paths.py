@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import repo_root
 
 ROOT = repo_root()
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *nonempty(sorted((ROOT / "docs").glob("*.md")), "docs/*.md")]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)

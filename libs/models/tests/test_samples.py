@@ -12,6 +12,7 @@ import yaml
 from tollgate.models import ALL_KINDS, kind_for, parse
 from tollgate.models.crd import openapi_schema
 from tollgate.testing.compare import assert_contains
+from tollgate.testing.requirements import nonempty
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = sorted((ROOT / "deploy" / "samples").glob("*.yaml"))
@@ -27,7 +28,7 @@ def tollgate_documents() -> list[tuple[str, dict[str, Any]]]:
     return documents
 
 
-DOCUMENTS = tollgate_documents()
+DOCUMENTS = nonempty(tollgate_documents(), "documents of tollgate's kinds in deploy/samples/*.yaml")
 
 
 def test_every_kind_has_a_sample() -> None:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tollgate.models.envoy import ENVOY_PROXY_LABEL
+from tollgate.testing.requirements import nonempty
 from tollgate.xds import ir, resources, translate
 from tollgate.xds.resources import DNS
 from tollgate.xds.world import World
@@ -70,11 +71,12 @@ def check(name: str, actual: dict[str, list[dict[str, Any]]]) -> None:
     assert actual == yaml.safe_load(path.read_text()), f"{name}: translation differs from {path}"
 
 
-VIRTUAL_SERVICE_SAMPLES = sorted(SAMPLES.glob("*virtualservice*.yaml"))
+VIRTUAL_SERVICE_SAMPLES = nonempty(
+    sorted(SAMPLES.glob("*virtualservice*.yaml")), "deploy/samples/*virtualservice*.yaml"
+)
 
 
 def test_every_virtual_service_sample_has_a_golden_file() -> None:
-    assert VIRTUAL_SERVICE_SAMPLES
     missing = [s.stem for s in VIRTUAL_SERVICE_SAMPLES if not (GOLDEN / f"{s.stem}.envoy.yaml").exists()]
     assert not missing, f"samples without golden output: {missing}"
 
@@ -84,7 +86,7 @@ def test_virtual_service_sample(sample: Path) -> None:
     check(sample.stem, translate_objects(load(sample) + load(GOLDEN / "context.yaml")))
 
 
-UDP_SESSION_CASES = sorted(GOLDEN.glob("udp-sessions-*.input.yaml"))
+UDP_SESSION_CASES = nonempty(sorted(GOLDEN.glob("udp-sessions-*.input.yaml")), "golden/udp-sessions-*.input.yaml")
 
 
 @pytest.mark.parametrize("case", UDP_SESSION_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
@@ -97,7 +99,7 @@ def test_load_balancer_sample() -> None:
     check("loadbalancer", translate_objects(objects))
 
 
-LOAD_BALANCER_CASES = sorted(GOLDEN.glob("loadbalancer-*.input.yaml"))
+LOAD_BALANCER_CASES = nonempty(sorted(GOLDEN.glob("loadbalancer-*.input.yaml")), "golden/loadbalancer-*.input.yaml")
 
 
 @pytest.mark.parametrize("case", LOAD_BALANCER_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))
@@ -111,7 +113,7 @@ def test_gateway_proxy_samples() -> None:
     check("gwproxy", translate_objects(objects))
 
 
-GATEWAY_PROXY_CASES = sorted(GOLDEN.glob("gwproxy-*.input.yaml"))
+GATEWAY_PROXY_CASES = nonempty(sorted(GOLDEN.glob("gwproxy-*.input.yaml")), "golden/gwproxy-*.input.yaml")
 
 
 @pytest.mark.parametrize("case", GATEWAY_PROXY_CASES, ids=lambda p: p.name.removesuffix(".input.yaml"))

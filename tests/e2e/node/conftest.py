@@ -14,16 +14,14 @@ import pytest
 from kubernetes import client
 
 from tollgate.runtime.kube import api_client
-from tollgate.testing import node
+from tollgate.testing import requirements
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import embedded_cluster
 
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
-    reason = node.unsupported_reason()
-    if reason is not None:
-        pytest.skip(f"tests/e2e/node needs the real node: {reason}")
+    requirements.require_real_node("tests/e2e/node")  # skipped here without it, failed in CI
     with embedded_cluster(tmp_path_factory.mktemp("real-node"), "tollgate-node-tests", real_node=True) as embedded:
         yield embedded
 
