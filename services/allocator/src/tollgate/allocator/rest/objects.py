@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
@@ -46,6 +47,11 @@ from tollgate.models.epic import (
 NAMED: dict[str, tuple[Kind, type[WireModel]]] = {
     "route": (GWRoute, GWRouteSpec),
     "slice": (GWEndpointSlice, GWEndpointSliceSpec),
+}
+# The kinds the reconcile gives a public address and DNS record, by the key of their body, with their spec's model.
+ALLOCATED: dict[str, tuple[type[WireModel], Callable[[str, str], str]]] = {
+    "proxy": (GWProxySpec, links.proxy_path),
+    "service": (LoadBalancerSpec, links.service_path),
 }
 ALLOCATION_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -100,11 +106,7 @@ class EpicObjects:
         proxy = links.unwrapped(body, "proxy")
         spec = links.client_spec("proxy", proxy) | {"service-group": group}
         name = links.object_name("proxy.spec.clientRef.uid", (spec.get("clientRef") or {}).get("uid"))
-        links.validated(GWProxySpec, spec, "proxy.spec")
-        await self._requested_address(found.obj, spec, "proxy.spec.public-address")
-        await self._create(GWProxy, account, name, spec, links.proxy_path(account, name))
-        await self._allocated(GWProxy, account, name)
-        return links.proxy_path(account, name)
+        return await self._create_allocated(GWProxy, "proxy", account, name, spec, found.obj)
 
     async def proxy(self, account: str, name: str) -> Found:
         obj = await self._get(GWProxy, account, name, "proxy")
@@ -117,15 +119,21 @@ class EpicObjects:
         shareable = LBServiceGroupSpec.model_validate(found.obj.get("spec") or {}).can_be_shared
         name = links.object_name("service.metadata.name", links.load_balancer_name(group, client_name, shareable))
         spec = links.client_spec("service", service) | {"service-group": group}
-        links.validated(LoadBalancerSpec, spec, "service.spec")
-        await self._requested_address(found.obj, spec, "service.spec.public-address")
-        await self._create(LoadBalancer, account, name, spec, links.service_path(account, name))
-        await self._allocated(LoadBalancer, account, name)
-        return links.service_path(account, name)
+        return await self._create_allocated(LoadBalancer, "service", account, name, spec, found.obj)
 
     async def service(self, account: str, name: str) -> Found:
         obj = await self._get(LoadBalancer, account, name, "service")
         return Found("service", obj, links.service_links(account, obj))
+
+    async def _create_allocated(self, kind: Kind, key: str, account: str, name: str, spec: JSON, group: JSON) -> str:
+        """Check a proxy's or service's spec (`key`: its body key), create it and wait for its allocation; its URL."""
+        model, path = ALLOCATED[key]
+        links.validated(model, spec, f"{key}.spec")
+        await self._requested_address(group, spec, f"{key}.spec.public-address")
+        location = path(account, name)
+        await self._create(kind, account, name, spec, location)
+        await self._allocated(kind, account, name)
+        return location
 
     async def _requested_address(self, group: JSON, spec: JSON, field: str) -> None:
         """An agent may ask for a public address (a Service's loadBalancerIP) from its group's pool only: the
