@@ -47,7 +47,7 @@ from bench import gobuild, report
 from bench.measure import cpu_seconds, percentile
 from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import EmbeddedCluster
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_ports
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
 from tollgate.webhook.certs import generate
@@ -192,7 +192,7 @@ class Bench:
         bundle = generate(["127.0.0.1"])
         tls = workdir / "tls"
         bundle.write(tls)
-        port, floor_port = free_port(), free_port()
+        port, floor_port = free_ports(2)
         self.process = ServiceProcess(
             "webhook",
             kubeconfig,

@@ -50,7 +50,7 @@ from bench import gobuild, report
 from bench.measure import MB_PER_MIB, rss_mib
 from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod, envoy_pod_object
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_port, free_ports
 from tollgate.testing.wait import eventually
 from tollgate.xds.grpc.ads import AggregatedDiscoveryService
 from tollgate.xds.identity import Identity
@@ -345,7 +345,7 @@ async def measure_gcp(path: str, envoy_count: int, listener_count: int, changes:
     mode = "delta" if path.endswith("delta") else "sotw"
     vs_count = max(1, listener_count // LISTENERS_PER_VS)
     translation = Translation(vs_count)
-    xds_port, control_port = free_port(), free_port()
+    xds_port, control_port = free_ports(2)
     process = start_gcp(mode, xds_port, control_port, log_dir / f"{path}-{envoy_count}-{listener_count}.log")
     base = f"http://127.0.0.1:{control_port}"
     timeout = aiohttp.ClientTimeout(total=900)

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import yaml
 
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_ports
 from tollgate.testing.tools import built_tool
 from tollgate.testing.wait import wait_for
 
@@ -56,7 +56,7 @@ class Jaeger:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.otlp_port, self.query_port, self.query_grpc_port = free_port(), free_port(), free_port()
+        self.otlp_port, self.query_port, self.query_grpc_port = free_ports(3)
         self.log_path = workdir / "jaeger.log"
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

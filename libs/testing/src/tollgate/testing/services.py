@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from tollgate.testing.cluster import endpoint_policy_env
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_ports
 from tollgate.testing.wait import wait_for
 
 # What a service listens on besides its health port and what a test sets: moved off its fixed default, so that
@@ -36,7 +36,9 @@ class ServiceProcess:
         self.module = module or f"tollgate.{name}"
         self.kubeconfig = kubeconfig
         self.log_path = log_dir / f"{name}-{os.getpid()}-{id(self)}.log"
-        self.health_port = health_port or free_port()
+        others = OTHER_LISTENERS.get(name, ())
+        *other_ports, picked_health_port = free_ports(len(others) + 1)
+        self.health_port = health_port or picked_health_port
         prefix = f"TOLLGATE_{name.upper()}_"
         self.env = {
             **os.environ,
@@ -46,7 +48,7 @@ class ServiceProcess:
             f"{prefix}HEALTH_PORT": str(self.health_port),
             f"{prefix}LOG_LEVEL": "DEBUG",
             **endpoint_policy_env(name),
-            **{f"{prefix}{setting}": f"127.0.0.1:{free_port()}" for setting in OTHER_LISTENERS.get(name, ())},
+            **{f"{prefix}{setting}": f"127.0.0.1:{port}" for setting, port in zip(others, other_ports, strict=True)},
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None

@@ -22,7 +22,7 @@ from tollgate.runtime.kube import api_client
 from tollgate.testing.cluster import KWOK_MANAGED, EmbeddedCluster
 from tollgate.testing.echo import udp_request
 from tollgate.testing.fixtures import ServiceFactory
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_ports
 from tollgate.testing.node import REAL_NODE_PLACEMENT
 from tollgate.testing.nodes import is_ready
 from tollgate.testing.services import ServiceProcess
@@ -53,11 +53,12 @@ class Xds:
 def xds_settings(grpc_host: str = "127.0.0.1") -> dict[str, str]:
     """The service's settings for a test: ports of its own, status written every 200 ms; Envoys connect to
     `grpc_host` (the cluster's host_address), the test reads the debug API on loopback."""
+    grpc_port, api_port = free_ports(2)
     return {
         "TOLLGATE_XDS_GRPC_HOST": grpc_host,
-        "TOLLGATE_XDS_GRPC_PORT": str(free_port()),
+        "TOLLGATE_XDS_GRPC_PORT": str(grpc_port),
         "TOLLGATE_XDS_API_HOST": "127.0.0.1",
-        "TOLLGATE_XDS_API_PORT": str(free_port()),
+        "TOLLGATE_XDS_API_PORT": str(api_port),
         "TOLLGATE_XDS_STATUS_INTERVAL_MS": "200",
     }
 

@@ -190,7 +190,11 @@ class EmbeddedCluster:
         # The default ServiceAccount appears once the controller-manager runs; pods need it.
         while self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode != 0:
             if time.monotonic() > deadline:
-                raise ClusterError("the default ServiceAccount never appeared: is kube-controller-manager running?")
+                running = ", ".join(sorted(self.pids())) or "none"
+                raise ClusterError(
+                    f"the default ServiceAccount never appeared: is kube-controller-manager running? Components "
+                    f"running: {running}; the last lines of their logs:\n{self.log_tails()}"
+                )
             time.sleep(0.2)
 
     def ensure_nodes(self, count: int, timeout: float) -> None:

@@ -10,7 +10,7 @@ import yaml
 
 from tollgate.testing import node
 from tollgate.testing.cluster.addresses import SERVICE_CIDR
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_ports
 
 ZONES = ("nyc3-a", "nyc3-b", "nyc3-c")
 KWOK_MANAGED = "kwok.x-k8s.io/node"
@@ -85,8 +85,8 @@ def kwokctl_config(disable_qps_limits: bool = False, real_node_pki: Path | None 
     options: dict[str, object] = {"bindAddress": "127.0.0.1"}
     # kwokctl picks each port by scanning down from 32767 for one nobody listens on yet, so two clusters created
     # at the same moment (parallel test sessions) take the same ports and one API server fails to bind. Ports
-    # the kernel hands out are spread over its whole ephemeral range instead.
-    options |= {option: free_port() for option in PORT_OPTIONS}
+    # the kernel hands out are spread over its whole ephemeral range instead, and distinct within the cluster.
+    options |= dict(zip(PORT_OPTIONS, free_ports(len(PORT_OPTIONS)), strict=True))
     if disable_qps_limits:
         options["disableQPSLimits"] = True
     service_cidr = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tollgate.testing.net import free_port
+from tollgate.testing.net import free_port, free_ports
 from tollgate.testing.node.layout import (
     CLUSTER_DNS,
     KUBELET_ROOT,
@@ -86,6 +86,7 @@ def kubelet_command(directory: Path, pki: Path, kubeconfig: Path, tainted: bool)
 
 def kube_proxy_command(directory: Path, kubeconfig: Path) -> list[str]:
     """kube-proxy's command line (iptables mode), its configuration written."""
+    healthz_port, metrics_port = free_ports(2)
     config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
@@ -94,8 +95,8 @@ def kube_proxy_command(directory: Path, kubeconfig: Path) -> list[str]:
         "hostnameOverride": NODE_NAME,
         "bindAddress": NODE_IP,
         "clusterCIDR": POD_CIDR,
-        "healthzBindAddress": f"127.0.0.1:{free_port()}",
-        "metricsBindAddress": f"127.0.0.1:{free_port()}",
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
         # A rule change is applied at once rather than at most once a second: a Ready pod is routed sooner.
         "iptables": {"localhostNodePorts": False, "masqueradeAll": False, "minSyncPeriod": "0s"},
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
