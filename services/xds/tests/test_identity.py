@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -66,21 +66,29 @@ class Harness:
     async def _refused(self, refusal: Refusal) -> None:
         self.refusals.append(refusal)
 
-    def pod(self, name: str, ip: str, labels: dict[str, str] | None = None, proxy: bool = True) -> None:
-        obj = envoy_pod_object(name, "ns", ip, {"app": "edge", **(labels or {})}, uid=f"uid-{name}")
+    def pod(self, name: str, ip: str, labels: dict[str, str] | None = None, proxy: bool = True, uid: str = "") -> None:
+        obj = envoy_pod_object(name, "ns", ip, {"app": "edge", **(labels or {})}, uid=uid or f"uid-{name}")
         if not proxy:
             del obj["metadata"]["labels"][ENVOY_PROXY_LABEL]
         self.server.world.set_pod(obj)
         self.server.changed()
         self.server.recompute()
 
+    def delete_pod(self, name: str) -> None:
+        self.server.world.set_pod({"metadata": {"namespace": "ns", "name": name}}, deleted=True)
+        self.server.changed()
+        self.server.recompute()
+
     def refused_count(self) -> dict[str, int]:
+        return self.counts(xds_metrics.REFUSED_STREAMS.instrument)
+
+    def counts(self, instrument: str) -> dict[str, int]:
         data = self.reader.get_metrics_data()
         counts: dict[str, int] = {}
         for resource in data.resource_metrics if data else ():
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
-                    if metric.name == xds_metrics.REFUSED_STREAMS.instrument:
+                    if metric.name == instrument:
                         for point in metric.data.data_points:
                             counts[str(point.attributes["reason"])] = int(point.value)
         return counts
@@ -195,6 +203,79 @@ async def test_an_envoy_that_connects_just_before_its_pod_is_seen_is_served() ->
         harness.pod("edge", CLIENT_IP)
         response = await asyncio.wait_for(reading, 5)
         assert isinstance(response, discovery_pb2.DiscoveryResponse) and len(response.resources) == 1
+        call.cancel()
+    assert harness.refusals == []
+
+
+async def acked_stream(stub: ads_pb2_grpc.AggregatedDiscoveryServiceStub, node_id: str) -> Any:
+    """A stream opened as `node_id` whose first response (clusters) is read and ACKed."""
+    call = stub.StreamAggregatedResources()
+    await call.write(discovery_pb2.DiscoveryRequest(node=node(node_id), type_url=CLUSTER))
+    first = await call.read()
+    assert isinstance(first, discovery_pb2.DiscoveryResponse)
+    await call.write(discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce=first.nonce))
+    return call
+
+
+def delete(harness: Harness) -> None:
+    harness.delete_pod("edge")
+
+
+def move(harness: Harness) -> None:
+    harness.pod("edge", "127.1.0.7")
+
+
+def unlabel(harness: Harness) -> None:
+    harness.pod("edge", CLIENT_IP, proxy=False)
+
+
+def replace(harness: Harness) -> None:
+    harness.pod("edge", CLIENT_IP, uid="uid-edge-2")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "details"),
+    [
+        (delete, "PodDeleted", "node id 'edge.ns': pod ns/edge was deleted"),
+        (
+            move,
+            "PeerMismatch",
+            "node id 'edge.ns': pod ns/edge has IPs 127.1.0.7, and the connection comes from 127.0.0.1",
+        ),
+        (unlabel, "NotAnEnvoyPod", f"node id 'edge.ns': pod ns/edge is not labelled {ENVOY_PROXY_LABEL}=true"),
+        (replace, "PodReplaced", "node id 'edge.ns': pod ns/edge was replaced (uid uid-edge is now uid-edge-2)"),
+    ],
+)
+async def test_a_served_stream_ends_once_its_pod_no_longer_admits_it(
+    change: Callable[[Harness], None], reason: str, details: str
+) -> None:
+    harness = Harness(wait=0)
+    harness.pod("edge", CLIENT_IP)
+    harness.pod("neighbour", "127.1.0.8")
+    async with serving(harness) as stub:
+        call = await acked_stream(stub, "edge.ns")
+
+        harness.delete_pod("neighbour")  # another pod's change leaves this stream alone
+        change(harness)
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(call.read(), 5)
+
+    assert (ended.value.code(), ended.value.details()) == (grpc.StatusCode.PERMISSION_DENIED, details)
+    assert harness.server.connections == {}
+    assert [(r.reason, r.revoked) for r in harness.refusals] == [(reason, True)]
+    assert harness.counts(xds_metrics.REVOKED_STREAMS.instrument) == {reason: 1}
+    assert harness.refused_count() == {}
+
+
+async def test_a_stream_whose_pod_changes_only_what_admission_does_not_judge_is_served_on() -> None:
+    harness = Harness(wait=0)
+    harness.pod("edge", CLIENT_IP)
+    async with serving(harness) as stub:
+        call = await acked_stream(stub, "edge.ns")
+
+        harness.pod("edge", CLIENT_IP, {"app": "other"})  # relabelled: served what app=other selects (nothing)
+        second = await asyncio.wait_for(call.read(), 5)
+        assert isinstance(second, discovery_pb2.DiscoveryResponse) and len(second.resources) == 0
         call.cancel()
     assert harness.refusals == []
 

@@ -34,12 +34,10 @@ from tollgate.testing.xds import (
     PLURAL,
     VERSION,
     Xds,
-    answer,
     apply_vs,
-    envoy_pod,
+    forwarding_envoy,
     kwok_pod,
     port_taken,
-    running_envoy,
     start_xds,
     udp_virtual_service,
     xds_settings,
@@ -147,10 +145,7 @@ async def test_proxy_status_shows_an_envoy_synced_then_nacked_with_envoys_error_
 
     target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
-        apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
-        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=False)
-        envoy_ip, container = await running_envoy(core, namespace, "edge")
-        await eventually(lambda: answer(envoy_ip, 3001), "the Envoy to forward on 3001", ignore=(TimeoutError, OSError))
+        _, container = await forwarding_envoy(core, custom, namespace, xds, target, delta=False)
 
         synced = await listeners_become("SYNCED")
         assert states(synced) == {"clusters": "SYNCED", "endpoints": "NOT SENT", "listeners": "SYNCED"}
@@ -246,10 +241,7 @@ async def test_without_xds_url_each_xds_pod_is_asked_through_the_api_servers_pod
     xds, _, _ = guarded_xds(cluster, run_service, tmp_path, api_host=pod_ip, api_port=DEBUG_PORT)
     target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
-        apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
-        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
-        envoy_ip, _ = await running_envoy(core, namespace, "edge")
-        await eventually(lambda: answer(envoy_ip, 3001), "the Envoy to forward on 3001", ignore=(TimeoutError, OSError))
+        await forwarding_envoy(core, custom, namespace, xds, target, delta=True)
 
     def synced() -> Run | None:
         result = epicctl(cluster, "proxy-status", "--xds-namespace", namespace)

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from tollgate.models.envoy import LISTENER_ADDRESS_KEY, ads_bootstrap
+from tollgate.models.envoy import ENVOY_PROXY_LABEL, LISTENER_ADDRESS_KEY, ads_bootstrap
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
 from tollgate.testing.envoy import EnvoyProcess, bind_to_pod
@@ -26,9 +26,8 @@ from tollgate.testing.wait import eventually, wait_for
 from tollgate.testing.xds import (
     answer,
     apply_vs,
-    envoy_pod,
     events,
-    running_envoy,
+    forwarding_envoy,
     start_xds,
     udp_virtual_service,
     xds_settings,
@@ -47,12 +46,7 @@ async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genui
     xds = start_xds(run_service, xds_settings(cluster.host_address))
     target = cluster.remote_address()
     async with UDPEcho(target, 1234, name="echo"):
-        apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
-        envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=True)
-        envoy_ip, _ = await running_envoy(core, namespace, "edge")
-        await eventually(
-            lambda: answer(envoy_ip, 3001), "the genuine Envoy to forward on 3001", ignore=(TimeoutError, OSError)
-        )
+        envoy_ip, _ = await forwarding_envoy(core, custom, namespace, xds, target, delta=True)
 
         # Another Envoy, from another address, names itself edge.<namespace> and asks for the same listeners there.
         impostor_ip = cluster.remote_address()
@@ -86,6 +80,56 @@ async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genui
             assert refusals and all('reason="PeerMismatch"' in line for line in refusals)
             assert [e["node"] for e in xds.api("/debug/envoys")] == [f"edge.{namespace}"]
             assert await answer(envoy_ip, 3001) == "echo", "the genuine Envoy is still served"
+
+
+async def test_a_served_envoy_whose_pod_loses_its_envoy_label_is_cut_off_until_the_label_is_back(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    cluster: EmbeddedCluster,
+) -> None:
+    xds = start_xds(run_service, xds_settings(cluster.host_address))
+    target = cluster.remote_address()
+    async with UDPEcho(target, 1234, name="echo"):
+        envoy_ip, _ = await forwarding_envoy(core, custom, namespace, xds, target, delta=True)
+
+        core.patch_namespaced_pod("edge", namespace, {"metadata": {"labels": {ENVOY_PROXY_LABEL: None}}})
+        expected = f"xDS stream ended: node id 'edge.{namespace}': pod {namespace}/edge is not labelled "
+        expected += f"{ENVOY_PROXY_LABEL}=true"
+
+        async def ended() -> bool:
+            return expected in await asyncio.to_thread(events, core, namespace, "edge", "XdsStreamEnded")
+
+        await eventually(ended, f"the Event {expected!r} on pod edge", timeout=15)
+
+        async def serves_none() -> bool:
+            return not await asyncio.to_thread(xds.api, "/debug/envoys")
+
+        await eventually(serves_none, "xds to serve no Envoy", timeout=10)
+
+        def counted(metric: str) -> bool:
+            return any(
+                line.startswith(f"{metric}{{") and 'reason="NotAnEnvoyPod"' in line
+                for line in xds.metrics().splitlines()
+            )
+
+        async def reconnect_refused() -> bool:
+            return await asyncio.to_thread(counted, "tollgate_xds_refused_streams_total")
+
+        # The running Envoy reconnects, and is judged afresh: refused while the label is gone.
+        await eventually(reconnect_refused, "the Envoy's reconnect refused", timeout=30)
+        assert counted("tollgate_xds_revoked_streams_total")
+
+        core.patch_namespaced_pod("edge", namespace, {"metadata": {"labels": {ENVOY_PROXY_LABEL: "true"}}})
+        apply_vs(custom, namespace, udp_virtual_service("edge-2", "edge-l2", 3002, "edge-c2", target))
+        await eventually(
+            lambda: answer(envoy_ip, 3002),
+            "the relabelled Envoy served again, with the listener added meanwhile",
+            ignore=(TimeoutError, OSError),
+            timeout=60,
+        )
+        assert [e["node"] for e in xds.api("/debug/envoys")] == [f"edge.{namespace}"]
 
 
 def addresses_other_than(host: str) -> list[str]:

@@ -131,6 +131,18 @@ async def running_envoy(core: client.CoreV1Api, namespace: str, name: str) -> tu
     )
 
 
+async def forwarding_envoy(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str, xds: Xds, target: str, delta: bool
+) -> tuple[str, str]:
+    """The VirtualService `edge` (UDP 3001 to `target`:1234, where the test's echo answers) and an Envoy pod `edge`
+    it selects; the Envoy's pod IP and container ID once it forwards."""
+    apply_vs(custom, namespace, udp_virtual_service("edge", "edge-l", 3001, "edge-c", target))
+    envoy_pod(core, namespace, "edge", xds, {"app": "edge"}, delta=delta)
+    envoy_ip, container = await running_envoy(core, namespace, "edge")
+    await eventually(lambda: answer(envoy_ip, 3001), "the Envoy to forward on 3001", ignore=(TimeoutError, OSError))
+    return envoy_ip, container
+
+
 async def kwok_pod(
     cluster: EmbeddedCluster, namespace: str, name: str, labels: dict[str, str], ports: dict[str, int] | None = None
 ) -> str:

@@ -50,8 +50,9 @@ class Kube:
 
 
 class RefusalEvents:
-    """A Warning Event `XdsRefused` on the pod a refused Envoy claimed to be, at most one per pod and reason every
-    `interval` seconds (a refused Envoy retries every few seconds)."""
+    """A Warning Event `XdsRefused` on the pod a refused Envoy claimed to be (`XdsStreamEnded` on the pod of a stream
+    ended after it was admitted), at most one per pod and reason every `interval` seconds (a refused Envoy retries
+    every few seconds)."""
 
     def __init__(self, kube: Kube, interval: float = 60) -> None:
         self.kube = kube
@@ -68,7 +69,10 @@ class RefusalEvents:
         self._posted = {k: t for k, t in self._posted.items() if now - t < self.interval} | {key: now}
         meta = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}  # an empty uid is left out
         reference = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
-        await self.kube.event(reference, "Warning", "XdsRefused", f"xDS stream refused: {refusal.message}")
+        if refusal.revoked:
+            await self.kube.event(reference, "Warning", "XdsStreamEnded", f"xDS stream ended: {refusal.message}")
+        else:
+            await self.kube.event(reference, "Warning", "XdsRefused", f"xDS stream refused: {refusal.message}")
 
 
 # Seconds to connect and to wait for the answer of one review.

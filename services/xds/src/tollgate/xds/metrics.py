@@ -11,6 +11,11 @@ CONNECTED_ENVOYS = METRICS.gauge("connected_envoys", "Envoys connected over ADS.
 REFUSED_STREAMS = METRICS.counter(
     "refused_streams", "ADS streams refused: the client is not the Envoy pod it names.", labels=("reason",)
 )
+REVOKED_STREAMS = METRICS.counter(
+    "revoked_streams",
+    "Admitted ADS streams ended: their pod was deleted or replaced, lost its Envoy label or changed address.",
+    labels=("reason",),
+)
 PUSHES = METRICS.counter("pushes", "xDS responses sent.", labels=("type", "api"))
 PUSHED_RESOURCES = METRICS.counter("pushed_resources", "Resources sent in xDS responses.", labels=("type", "api"))
 NACKS = METRICS.counter("nacks", "xDS responses an Envoy rejected.", labels=("type", "api"))

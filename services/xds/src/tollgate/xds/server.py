@@ -23,10 +23,10 @@ from opentelemetry import metrics, trace
 from tollgate.runtime.tracing import annotated_parent, link_to, parent_context
 from tollgate.xds import ir, resources, translate
 from tollgate.xds import metrics as xds_metrics
-from tollgate.xds.identity import Identity
+from tollgate.xds.identity import Identity, Refusal
 from tollgate.xds.resources import DNS, SHORT_NAMES
 from tollgate.xds.streams import Nack, Push, Stream
-from tollgate.xds.world import World
+from tollgate.xds.world import Key, World
 
 log = logging.getLogger("tollgate.xds.server")
 # Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.
@@ -53,6 +53,8 @@ class Connection:
     push_parents: tuple[str, ...] = ()
     # The latest generation of each source this Envoy was seen to run (filled by the status reporter).
     programmed: dict[ir.SourceRef, int] = field(default_factory=dict)
+    # Why the stream must end, once its pod no longer admits it (set by the ADS layer, which ends it).
+    revoked: Refusal | None = None
 
     @property
     def api(self) -> str:
@@ -90,6 +92,8 @@ class XdsServer:
         self.status_dirty = asyncio.Event()
         self.on_converged: list[Callable[[float], None]] = []
         self.on_changed: list[Callable[[], None]] = []
+        # Called at each recompute with the pods that changed since the last: the streams they admit are judged again.
+        self.on_pods_changed: list[Callable[[set[Key]], None]] = []
         self._ids = count(1)
         self._changes: list[float] = []
         self._dirty = asyncio.Event()
@@ -146,6 +150,9 @@ class XdsServer:
     def recompute(self) -> set[int]:
         """Recompute every Envoy's resources; wake and return the connections whose content changed."""
         observed, self._changes = self._changes, []
+        pods = self.world.take_changed_pods()
+        for callback in self.on_pods_changed if pods else ():
+            callback(pods)
         with self.tracer.start_as_current_span("xds.recompute") as span:
             self.sources = self.world.sources()
             self.generations = {s.ref: s.generation for s in self.sources}

@@ -64,6 +64,8 @@ class World:
         self.gw_routes: dict[Key, GWRoute] = {}
         self.gw_endpoint_slices: dict[Key, GWEndpointSlice] = {}
         self.pods: dict[Key, Pod] = {}
+        # The pods whose labels, IPs or readiness changed (or that were deleted) since `take_changed_pods`.
+        self.changed_pods: set[Key] = set()
         self._sources: dict[tuple[ir.SourceKind, Key], ir.Source] = {}
         self._stale: set[tuple[ir.SourceKind, Key]] = set()
 
@@ -119,10 +121,15 @@ class World:
             self.pods[key] = pod
         if old == pod:
             return False
+        self.changed_pods.add(key)
         for kind, source_key in self._sources:
             if kind == "VirtualService" and source_key[0] == key[0]:
                 self._stale.add((kind, source_key))
         return True
+
+    def take_changed_pods(self) -> set[Key]:
+        changed, self.changed_pods = self.changed_pods, set()
+        return changed
 
     def pod(self, namespace: str, name: str) -> Pod | None:
         return self.pods.get((namespace, name))

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from google.protobuf.message import Message
 from tollgate.xds.identity import Gate, Refusal
 from tollgate.xds.server import Connection, XdsServer
 from tollgate.xds.streams import Push
+from tollgate.xds.world import Key
 
 log = logging.getLogger("tollgate.xds.ads")
 CONTROL_PLANE = "tollgate-xds"
@@ -81,13 +83,24 @@ def delta_response(push: Push) -> discovery_pb2.DeltaDiscoveryResponse:
 
 class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     """ADS for the Envoys `gate` admits (by default: those whose pods `server.world` knows, see
-    tollgate.xds.identity); any other stream is closed with PERMISSION_DENIED before anything is sent."""
+    tollgate.xds.identity); any other stream is closed with PERMISSION_DENIED before anything is sent, and an
+    admitted one as soon as its pod no longer admits it."""
 
     def __init__(self, server: XdsServer, ack_timeout: float = Limits.ack_timeout, gate: Gate | None = None) -> None:
         self.server = server
         self.ack_timeout = ack_timeout
         self.gate = gate or Gate(server.world.pod)
+        self._by_pod: defaultdict[Key, dict[int, Connection]] = defaultdict(dict)
         server.on_changed.append(self.gate.pods_changed)
+        server.on_pods_changed.append(self._recheck)
+
+    def _recheck(self, pods: set[Key]) -> None:
+        """Judge again the streams of the pods that changed; wake those that must end."""
+        for key in pods:
+            for conn in self._by_pod.get(key, {}).values():
+                if conn.revoked is None and (refusal := self.gate.recheck(conn.identity)) is not None:
+                    conn.revoked = refusal
+                    conn.wake.set()
 
     async def StreamAggregatedResources(
         self, requests: AsyncIterator[discovery_pb2.DiscoveryRequest], context: grpc.aio.ServicerContext
@@ -142,11 +155,16 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, identity.message)
             return
         conn = self.server.connect(identity, delta)
+        pod = (identity.namespace, identity.pod)
+        self._by_pod[pod][conn.id] = conn
         self._handle(conn, first)
         reader = asyncio.create_task(self._read(conn, iterator), name=f"xds read {conn.identity.node_id}")
         sent_at = 0.0
         try:
             while not conn.closed:
+                if conn.revoked is not None:
+                    await self.gate.ended(conn.revoked)
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, conn.revoked.message)
                 push = conn.stream.next_push()
                 if push is None:
                     if not await self._wait(conn, sent_at):
@@ -165,6 +183,9 @@ class AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer
         finally:
             # First: after an abort grpcio may never let the reader finish, and the state must go regardless.
             self.server.disconnect(conn)
+            self._by_pod[pod].pop(conn.id, None)
+            if not self._by_pod[pod]:
+                del self._by_pod[pod]
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                 await reader
