@@ -21,6 +21,7 @@ from tollgate.runtime.grpc_server import add_standard_services
 from tollgate.runtime.http_server import HTTPServer
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
+from tollgate.runtime.resync import Mirror
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
@@ -33,7 +34,6 @@ from tollgate.xds.identity import DEFAULT_WAIT, Gate
 from tollgate.xds.k8s import Kube, RefusalEvents, Reviews
 from tollgate.xds.reporter import StatusReporter
 from tollgate.xds.resources import DNS
-from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
 
 log = logging.getLogger("tollgate.xds")

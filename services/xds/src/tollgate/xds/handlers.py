@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
-import random
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from kubernetes import client
 
 from tollgate.models import epic, servicemesh
+from tollgate.runtime import resync
 from tollgate.runtime.backoff import Backoff
 from tollgate.runtime.operator import configure
+from tollgate.runtime.resync import Mirror
 from tollgate.xds import ir
 from tollgate.xds.k8s import list_watched
-from tollgate.xds.resync import Mirror
 from tollgate.xds.server import XdsServer
-from tollgate.xds.world import World, key_of
+from tollgate.xds.world import World
 
 log = logging.getLogger("tollgate.xds.handlers")
 
@@ -38,9 +40,6 @@ SOURCE_KINDS: dict[str, ir.SourceKind] = {
     "loadbalancers": "LoadBalancer",
     "gwproxies": "GWProxy",
 }
-# The first resync comes this soon (the watches have listed by then): an object deleted between the first listing and
-# the watches' own is gone from Envoys within seconds, not a whole period.
-FIRST_RESYNC = 15
 # A watch reconnects after 0.5 to 1 s (drawn once per process: kopf takes a plain number), so replicas do not
 # reconnect together.
 RECONNECT_BACKOFF = Backoff(base=1.0, cap=1.0, jitter=0.5)
@@ -89,49 +88,21 @@ async def load(server: XdsServer, api: client.ApiClient, namespace: str | None, 
     server.recompute()
 
 
-async def resync(server: XdsServer, api: client.ApiClient, namespace: str | None, mirror: Mirror) -> int:
-    """List everything again and apply what the watches missed; the number of objects corrected."""
-    since = mirror.sequence
-    listing = await asyncio.to_thread(_listing, api, namespace)
-    corrected = 0
-    for plural, items in listing.items():
-        setter = WATCHED[plural][2]
-        diff = mirror.diff(plural, items, since)
-        for obj in diff.changed:
-            log.info("resync: %s %s/%s changed without a watch event", plural, *key_of(obj))
-            mirror.record(plural, obj)
-            if plural in SOURCE_KINDS:
-                server.traced(SOURCE_KINDS[plural], obj)
-            setter(server.world, obj)
-        for obj in diff.gone:
-            log.info("resync: %s %s/%s was deleted without a watch event", plural, *key_of(obj))
-            mirror.record(plural, obj, deleted=True)
-            if plural in SOURCE_KINDS:
-                server.traced(SOURCE_KINDS[plural], obj, deleted=True)
-            setter(server.world, obj, deleted=True)
-        corrected += len(diff.changed) + len(diff.gone)
-    mirror.forget_deleted(since)
-    if corrected:
-        server.changed()
-    return corrected
+def correct(server: XdsServer, plural: str, obj: Mapping[str, Any], deleted: bool) -> None:
+    """A resync's correction: what the watches missed goes into the world like a watch event."""
+    if plural in SOURCE_KINDS:
+        server.traced(SOURCE_KINDS[plural], obj, deleted)
+    WATCHED[plural][2](server.world, obj, deleted=deleted)
 
 
 async def resync_every(
     period: float, server: XdsServer, api: client.ApiClient, namespace: str | None, mirror: Mirror, stop: asyncio.Event
 ) -> None:
-    """`resync` every `period` seconds (give or take a tenth, so replicas spread their listings), the first time
-    after FIRST_RESYNC seconds at most."""
-    wait = min(period, FIRST_RESYNC)
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), wait * random.uniform(0.9, 1.1))
-            return
-        except TimeoutError:
-            pass
-        try:
-            wait = period
-            corrected = await resync(server, api, namespace, mirror)
-        except (client.ApiException, OSError) as error:
-            log.warning("resync failed, trying again next period: %s", error)
-            continue
-        log.debug("resync done", extra={"corrected": corrected})
+    """The shared resync (tollgate.runtime.resync) of every watched kind; a correction recomputes the Envoys'
+    config."""
+
+    async def list_all() -> dict[str, list[Any]]:
+        return await asyncio.to_thread(_listing, api, namespace)
+
+    apply = functools.partial(correct, server)
+    await resync.resync_every(period, mirror, list_all, apply, stop, on_corrected=lambda _: server.changed())

@@ -20,13 +20,14 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
+from tollgate.runtime.resync import Key
 from tollgate.runtime.tracing import annotated_parent, link_to, parent_context
 from tollgate.xds import ir, resources, translate
 from tollgate.xds import metrics as xds_metrics
 from tollgate.xds.identity import Identity, Refusal
 from tollgate.xds.resources import DNS, SHORT_NAMES
 from tollgate.xds.streams import Nack, Push, Stream
-from tollgate.xds.world import Key, World
+from tollgate.xds.world import World
 
 log = logging.getLogger("tollgate.xds.server")
 # Changes waited for (until every affected Envoy answers) at most; past it the oldest is given up on.

@@ -13,16 +13,11 @@ from pydantic import BaseModel, ValidationError
 from tollgate.models.base import CustomResource
 from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
 from tollgate.models.servicemesh import VirtualService
+from tollgate.runtime.resync import Key, key_of
 from tollgate.xds import ir, translate
 from tollgate.xds.translate import Pod
 
-Key = tuple[str, str]
 Parsed = TypeVar("Parsed", bound=BaseModel)
-
-
-def key_of(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata", {})
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _translated_part(obj: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -18,10 +18,10 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf.message import Message
 
+from tollgate.runtime.resync import Key
 from tollgate.xds.identity import Gate, Refusal
 from tollgate.xds.server import Connection, XdsServer
 from tollgate.xds.streams import Push
-from tollgate.xds.world import Key
 
 log = logging.getLogger("tollgate.xds.ads")
 CONTROL_PLANE = "tollgate-xds"

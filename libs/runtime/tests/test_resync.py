@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tollgate.xds.resync import Mirror
+from tollgate.runtime.resync import Mirror
 
 PLURAL = "virtualservices"
 
