@@ -64,6 +64,8 @@ ENVOY_START_SECONDS = 900
 NAMESPACE = "bench"
 LISTENERS_PER_VS = 10
 BASE_PORT = 20000
+# Every cluster's endpoint: an address the default endpoint policy allows (TEST-NET-1); no traffic is sent there.
+UPSTREAM = "192.0.2.10"
 PATHS = ("tollgate delta", "tollgate SotW", "go-control-plane SotW", "go-control-plane delta")
 # Changes measured per path unless --changes says otherwise. The p99 target is the delta paths': over 100 changes
 # it is a percentile, where over 15 it was the slowest change. A SotW change at 50 x 1000 takes about 2 s.
@@ -111,7 +113,7 @@ def virtual_service(index: int, shift: int = 0) -> dict[str, Any]:
                         "endpoints": [
                             {
                                 "name": "e",
-                                "host": {"address": "127.0.0.1"},
+                                "host": {"address": UPSTREAM},
                                 "port": 9000 + (shift if number == 0 else 0),
                             }
                         ],
@@ -197,9 +199,9 @@ async def check(started: list[EnvoyProcess], change: int, vs_count: int) -> None
         want = (envoy_address(index), BASE_PORT + target * LISTENERS_PER_VS + shift)
         if (socket.get("address"), socket.get("port_value")) != want:
             raise RuntimeError(f"Envoy {index}: listener {prefix}-l0 is on {socket}, not {want}")
-        endpoint = f"{prefix}-c0::127.0.0.1:{9000 + shift}::"
+        endpoint = f"{prefix}-c0::{UPSTREAM}:{9000 + shift}::"
         if endpoint not in await envoy.clusters():
-            raise RuntimeError(f"Envoy {index}: cluster {prefix}-c0 has no endpoint 127.0.0.1:{9000 + shift}")
+            raise RuntimeError(f"Envoy {index}: cluster {prefix}-c0 has no endpoint {UPSTREAM}:{9000 + shift}")
 
 
 def summary(

@@ -141,6 +141,7 @@ class DebugApi(Values):
 
 class XdsValues(ServiceValues):
     debugApi: DebugApi | None = None
+    endpointPolicy: EndpointPolicy | None = None
 
 
 class RoutedipValues(ServiceValues):

@@ -13,7 +13,8 @@ get a 5xx from the webhook (the API server then says "failed calling webhook"), 
 
 The registration API cases are calls an agent could make with the attacker's token (or none), through the real
 gRPC port: each gets its status code and a message naming the field, and writes nothing. The xDS cases are ADS
-streams that claim to be an Envoy pod they are not.
+streams that claim to be an Envoy pod they are not, and a real Envoy of the attacker's that must never be served a
+VirtualService aimed at its own admin API.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
 from tollgate.routedip.providers.job import CLASS_LABEL
 from tollgate.testing import agents, objects
 from tollgate.testing.cluster import EmbeddedCluster
+from tollgate.testing.envoy import EnvoyProcess
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.objects import (
     Obj,
@@ -62,8 +64,9 @@ from tollgate.testing.objects import (
 )
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tls import allocator_env, tls_endpoint, webhook_env
-from tollgate.testing.wait import wait_for
-from tollgate.testing.xds import xds_settings
+from tollgate.testing.wait import eventually, wait_for
+from tollgate.testing.xds import Xds, kwok_pod, pod_bootstrap, start_xds, xds_settings
+from tollgate.testing.xds import condition as vs_condition
 from tollgate.webhook.k8s import register, unregister
 from tollgate.webhook.registration import Registration
 from tollgate.xds.resources import LISTENER
@@ -94,7 +97,7 @@ class System:
     webhook_certs: Path
     grpc_address: str
     allocator_ca: Path
-    xds_port: int
+    xds: Xds
     tokens: dict[str, str] = field(default_factory=dict)  # account -> its agent's token
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
@@ -192,7 +195,7 @@ def system(
         object_selector={"matchExpressions": [{"key": ADMITTED_WHILE_DOWN, "operator": "DoesNotExist"}]},
     )
     allocator_tls = tls_endpoint(tmp_path_factory.mktemp("allocator-tls"))
-    xds_env = xds_settings()
+    xds = start_xds(run_module_service, xds_settings())
     services = {
         "webhook": run_module_service(
             "webhook",
@@ -208,7 +211,7 @@ def system(
                 TOLLGATE_ALLOCATOR_GUE_ADDRESS="192.168.1.40",
             ),
         ),
-        "xds": run_module_service("xds", rbac=True, env=xds_env),
+        "xds": xds.process,
         "routedip": run_module_service(
             "routedip", rbac=True, env={"TOLLGATE_ROUTEDIP_SYSTEM_NAMESPACE": SYSTEM_NAMESPACE}
         ),
@@ -226,7 +229,7 @@ def system(
         webhook_tls.cert_dir,
         allocator_tls.address,
         allocator_tls.ca_file,
-        int(xds_env["TOLLGATE_XDS_GRPC_PORT"]),
+        xds,
         {account_of(ns): agents.mint(core, account_of(ns)) for ns in (attacker, victim)},
         services,
         {name: service.process.pid for name, service in services.items() if service.process is not None},
@@ -314,6 +317,12 @@ def no_job(system: System, obj: Obj) -> list[str]:
     return [f"Job {j.metadata.name} was created" for j in jobs.items]
 
 
+def aimed_at(namespace: str, name: str, port: int, address: str, target: int, app: str = "ingress") -> Obj:
+    """A VirtualService for the Envoys labelled app=`app`: a tcp listener on `port` forwarding to `address`:`target`."""
+    tcp = with_value(listener("l", port, "tcp", address=address), "tcp.cluster.endpoints.0.port", target)
+    return virtual_service(namespace, tcp, name=name, selector={"app": app})
+
+
 def class_name(suffix: str) -> str:
     return f"adv-{suffix}"
 
@@ -387,6 +396,22 @@ OBJECT_CASES = [
         ),
         "spec.listeners[0].udp.cluster.name",
         "is reserved",
+    ),
+    ObjectCase(
+        "vs-envoy-admin-api",
+        "a tenant's tcp listener forwards to its Envoy's own admin API (config dump, quitquitquit) on loopback",
+        lambda s, x: aimed_at(s.attacker, f"vs-{x}", 4020, "127.0.0.1", ADMIN_PORT),
+        "spec.listeners[0].tcp.cluster.endpoints[0].host.address",
+        "127.0.0.1 is a loopback address",
+        Parked("Programmed", "EndpointRefused"),
+    ),
+    ObjectCase(
+        "vs-metadata-address",
+        "a tenant's tcp listener forwards to the cloud metadata service",
+        lambda s, x: aimed_at(s.attacker, f"vs-{x}", 4021, "169.254.169.254", 80),
+        "spec.listeners[0].tcp.cluster.endpoints[0].host.address",
+        "169.254.169.254 is a link-local address",
+        Parked("Programmed", "EndpointRefused"),
     ),
     ObjectCase(
         "rep-metadata-address",
@@ -680,9 +705,42 @@ async def ads_stream(port: int, node_id: str) -> tuple[grpc.StatusCode, str, int
 async def test_an_ads_client_claiming_a_pod_it_is_not_gets_nothing(
     system: System, case: str, pod: str, says: str
 ) -> None:
-    code, details, responses = await ads_stream(system.xds_port, f"{pod}.{system.victim}")
+    code, details, responses = await ads_stream(system.xds.grpc_port, f"{pod}.{system.victim}")
     assert (code, responses) == (grpc.StatusCode.PERMISSION_DENIED, 0), (code, details, responses)
     assert says in details, details
+
+
+async def test_a_virtual_service_aimed_at_the_envoys_admin_api_never_reaches_a_real_envoy(system: System) -> None:
+    """A real Envoy playing an Envoy pod of the attacker's (a KWOK pod; its address is this machine's) is served the
+    attacker's VirtualService to a client node; one aimed at 127.0.0.1:9901 that got past a down webhook is in
+    neither what xds serves that Envoy nor the Envoy's own config, and its status says why."""
+    suffix = unique()
+    app, pod, namespace = f"edge-{suffix}", f"envoy-{suffix}", system.attacker
+    ip = await kwok_pod(system.cluster, namespace, pod, {ENVOY_PROXY_LABEL: "true", "app": app})
+    good = aimed_at(namespace, f"good-{suffix}", 4030, system.cluster.remote_address(), 8080, app)
+    bad = aimed_at(namespace, f"bad-{suffix}", 4031, "127.0.0.1", ADMIN_PORT, app)
+    served, refused = f"{namespace}/good-{suffix}/l", f"{namespace}/bad-{suffix}"
+    async with EnvoyProcess(pod_bootstrap(system.xds, namespace, pod, ip), admin_host=ip) as envoy:
+        system.create(bad, bypass_webhook=True)
+        system.create(good)
+
+        async def listeners() -> list[str] | None:
+            names = sorted(listener["name"] for listener in await envoy.listeners())
+            return names if served in names else None
+
+        await eventually(listeners, f"the Envoy at {ip} to run listener {served}")
+        stored = await vs_condition(system.custom, namespace, bad["metadata"]["name"], "Programmed", "EndpointRefused")
+        programmed = condition(stored, "Programmed")
+        assert programmed["status"] == "False"
+        assert programmed["message"] == (
+            "served to no Envoy: spec.listeners[0].tcp.cluster.endpoints[0].host.address: 127.0.0.1 is a loopback "
+            "address; endpoints must be reachable remote addresses"
+        )
+        assert await listeners() == [served]
+        assert refused not in await envoy.clusters()
+        config = system.xds.api(f"/debug/envoys/{pod}.{namespace}/config_dump")
+        assert [listener["name"] for listener in config["listeners"]] == [served]
+        assert not [cluster for cluster in config["clusters"] if cluster["name"].startswith(refused)]
 
 
 # ---- the EPIC singleton ----

@@ -225,6 +225,21 @@ def test_cross_chart_addresses_default_to_where_make_deploy_installs_the_other_c
             assert hook["clientConfig"]["service"]["namespace"] == namespaces["tollgate-webhook"]
 
 
+@pytest.mark.parametrize("service", ["webhook", "allocator", "xds"])
+def test_the_services_that_judge_endpoints_get_the_endpoint_policy_value(service: str) -> None:
+    """One value, `endpointPolicy`, in each chart, as the service's own settings (tollgate-common)."""
+    values = {
+        "endpointPolicy": {"deniedRanges": ["198.18.0.0/16", "198.19.0.0/16"], "allowedRanges": ["127.77.0.0/16"]}
+    }
+    for given, denied, allowed in (({}, "10.96.0.0/12,10.244.0.0/16", ""),
+                                   (values, "198.18.0.0/16,198.19.0.0/16", "127.77.0.0/16")):  # fmt: skip
+        objects = render_chart(service, values=given)
+        [container] = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        prefix = f"TOLLGATE_{service.upper()}_"
+        assert (env[f"{prefix}ENDPOINT_DENIED_RANGES"], env[f"{prefix}ENDPOINT_ALLOWED_RANGES"]) == (denied, allowed)
+
+
 def test_xds_debug_api_is_on_the_pods_loopback_and_a_service_port_only_when_asked() -> None:
     """The debug API shows every Envoy's config: by default it is no port of the Service nor the pod, and the
     service listens on 127.0.0.1 (its default); `debugApi.service: true` publishes it."""

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tollgate.models.addresses import DEFAULT_DENIED_RANGES
 from tollgate.testing.requirements import nonempty
 from tollgate.testing.tools import hack_script, repo_root
 
@@ -19,6 +20,8 @@ CHARTS = ROOT / "deploy" / "charts"
 CHART_NAMES = nonempty(
     sorted(p.parent.name for p in CHARTS.glob("tollgate-*/values.yaml")), "deploy/charts/tollgate-*/values.yaml"
 )
+
+ENDPOINT_POLICY_CHARTS = ("tollgate-webhook", "tollgate-allocator", "tollgate-xds")
 
 
 def defaults(chart: str) -> dict[str, Any]:
@@ -87,6 +90,14 @@ def test_the_generated_schema_accepts_the_defaults_and_refuses_a_typo_and_a_bad_
     [bad] = validator.iter_errors({**values, "image": {**values["image"], "pullPolicy": "Sometimes"}})
     assert list(bad.absolute_path) == ["image", "pullPolicy"]
     assert bad.validator == "enum"
+
+
+def test_the_charts_that_judge_endpoints_have_one_endpoint_policy_the_services_default() -> None:
+    """The webhook refuses at admission what the allocator and xds would refuse later: one policy for all three."""
+    policies = {chart: defaults(chart)["endpointPolicy"] for chart in ENDPOINT_POLICY_CHARTS}
+    assert all(
+        policy == {"deniedRanges": list(DEFAULT_DENIED_RANGES), "allowedRanges": []} for policy in policies.values()
+    ), policies
 
 
 def _keys(node: Any) -> Any:

@@ -41,7 +41,7 @@ def test_the_local_system_runs_the_real_node_endpoint_policy_and_envoys_reach_xd
     """make dev and Tilt's local mode read resources.yaml, which must say what tollgate.testing says of the real
     node: its endpoint policy, and where its pods reach a process of this machine."""
     resources = {r.name: r for r in DevSystem(ROOT, state=tmp_path).resources}
-    for service in ("webhook", "allocator"):
+    for service in ("webhook", "allocator", "xds"):
         policy = endpoint_policy_env(service, real_node=True)
         assert {key: resources[service].env.get(key) for key in policy} == policy
     assert resources["xds"].env["TOLLGATE_XDS_GRPC_HOST"] == node.POD_GATEWAY

@@ -6,6 +6,7 @@ import pytest
 
 from tollgate.models.addresses import AccountRanges, EndpointPolicy, parse_ranges
 from tollgate.models.epic import AccountSpec
+from tollgate.models.servicemesh import VirtualServiceSpec
 
 DEFAULT = EndpointPolicy()
 # The dev system's: pods and Services in loopback ranges, simulated remote nodes in 127.77.0.0/16.
@@ -96,6 +97,67 @@ def test_an_account_narrows_what_the_policy_allows() -> None:
 def test_refusals_reports_each_field() -> None:
     found = DEFAULT.refusals([("spec.address", "127.0.0.1"), ("spec.node-address", "192.168.1.1")])
     assert [r.field for r in found] == ["spec.address"]
+
+
+@pytest.mark.parametrize(
+    ("host", "rule"),
+    [
+        ("127.0.0.1", "127.0.0.1 is a loopback address; endpoints must be reachable remote addresses"),
+        ("169.254.169.254", "169.254.169.254 is a link-local address (169.254.0.0/16, where cloud metadata"),
+        ("localhost", "'localhost' is a loopback name (it resolves to 127.0.0.1): 127.0.0.1 is a loopback address"),
+        ("LocalHost.", "'LocalHost.' is a loopback name (it resolves to 127.0.0.1): 127.0.0.1 is a loopback"),
+        ("admin.localhost", "'admin.localhost' is a loopback name (it resolves to 127.0.0.1)"),
+        ("ip6-localhost", "'ip6-localhost' is a loopback name (it resolves to ::1): ::1 is a loopback address"),
+        ("127.1", "'127.1' reads as the IPv4 address 127.0.0.1 (a numeric form resolvers accept): 127.0.0.1 is a"),
+        ("0x7f000001", "'0x7f000001' reads as the IPv4 address 127.0.0.1"),
+        ("2852039166", "'2852039166' reads as the IPv4 address 169.254.169.254"),
+        ("0", "'0' reads as the IPv4 address 0.0.0.0 (a numeric form resolvers accept): 0.0.0.0 is the unspecified"),
+    ],
+)
+def test_a_host_is_judged_as_the_address_it_always_means(host: str, rule: str) -> None:
+    refusal = DEFAULT.host_refusal("spec.host", host)
+    assert refusal is not None and str(refusal).startswith(f"spec.host: {rule}"), str(refusal)
+
+
+@pytest.mark.parametrize("host", ["tcp-echo.default.svc", "echo.example.com", "cafe", "face.b00c", "10.0.0.7"])
+def test_other_dns_names_are_left_to_the_resolver(host: str) -> None:
+    assert DEFAULT.host_refusal("spec.host", host) is None
+
+
+def test_an_allowed_range_carves_out_a_loopback_name_too() -> None:
+    assert EndpointPolicy.parse("", "127.0.0.1/32").host_refusal("spec.host", "localhost") is None
+
+
+def test_an_account_that_narrows_its_endpoints_admits_no_dns_name() -> None:
+    narrow = AccountRanges("acme", parse_ranges("192.168.10.0/24", "f"))
+    assert DEFAULT.host_refusal("spec.host", "192.168.10.7", narrow) is None
+    assert str(DEFAULT.host_refusal("spec.host", "echo.example.com", narrow)) == (
+        "spec.host: 'echo.example.com' is a DNS name, which cannot be shown to be inside Account acme's "
+        "spec.allowedEndpointRanges (192.168.10.0/24): endpoints of this account are IP addresses"
+    )
+
+
+def test_a_virtual_service_names_the_field_of_each_endpoint_address_and_not_its_selectors() -> None:
+    def listener(protocol: str, *hosts: dict[str, object]) -> dict[str, object]:
+        endpoints = [{"name": f"e{n}", "host": host, "port": 1} for n, host in enumerate(hosts)]
+        return {"name": protocol, protocol: {"port": 1, "cluster": {"name": "c", "endpoints": endpoints}}}
+
+    spec = VirtualServiceSpec.model_validate(
+        {
+            "listeners": [
+                listener("udp", {"address": "192.0.2.1"}),
+                listener("tcp", {"selector": {"app": "w"}}, {"address": "127.0.0.1"}),
+            ]
+        }
+    )
+    assert spec.endpoint_hosts() == [
+        ("spec.listeners[0].udp.cluster.endpoints[0].host.address", "192.0.2.1"),
+        ("spec.listeners[1].tcp.cluster.endpoints[1].host.address", "127.0.0.1"),
+    ]
+    assert [str(r) for r in DEFAULT.refusals(spec.endpoint_hosts(), hosts=True)] == [
+        "spec.listeners[1].tcp.cluster.endpoints[1].host.address: 127.0.0.1 is a loopback address; endpoints must be "
+        "reachable remote addresses"
+    ]
 
 
 @pytest.mark.parametrize("text", ["10.0.0.1/8", "nonsense", "10.0.0.0/33"])

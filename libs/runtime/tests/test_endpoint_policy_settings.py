@@ -1,4 +1,4 @@
-"""The endpoint policy settings the webhook and the allocator share."""
+"""The endpoint policy settings the webhook, the allocator and xds share."""
 
 from __future__ import annotations
 

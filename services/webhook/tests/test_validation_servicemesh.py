@@ -1,4 +1,4 @@
-"""The rules of servicemesh.l7mp.io: VirtualService names, ports and selectors."""
+"""The rules of servicemesh.l7mp.io: VirtualService names, ports, selectors and endpoint addresses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from collections.abc import Callable
 import pytest
 
 from tollgate.models.envoy import ADMIN_PORT, XDS_CLUSTER
+from tollgate.testing.cluster import dev_endpoint_policy
 from tollgate.testing.objects import Obj
+from tollgate.webhook.validation import Limits
 
 Check = Callable[..., list[str]]
 Sample = Callable[[str], Obj]
@@ -244,4 +246,66 @@ def test_a_listener_or_cluster_named_like_the_xds_cluster_is_refused(check: Chec
     assert check(vs) == [
         f"{path}: {XDS_CLUSTER!r} is reserved: it names the xDS cluster of every Envoy's bootstrap, through which the "
         "Envoy gets its configuration"
+    ]
+
+
+# ---- where endpoints may be: the endpoint address policy, as for RemoteEndpoints ----
+
+REACHABLE = "endpoints must be reachable remote addresses"
+
+
+def aimed_at(*hosts: Obj, protocol: str = "tcp", namespace: str = "ns") -> Obj:
+    """A VirtualService whose one listener forwards to an endpoint at each host."""
+    one = listener("l", 4000, protocol)
+    one[protocol]["cluster"]["endpoints"] = [{"name": f"e{n}", "host": h, "port": 9901} for n, h in enumerate(hosts)]
+    return virtual_service("vs", one, namespace=namespace)
+
+
+LOOPBACK = f"127.0.0.1 is a loopback address; {REACHABLE}"
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("127.0.0.1", LOOPBACK),
+        ("169.254.169.254", "169.254.169.254 is a link-local address (169.254.0.0/16, where cloud metadata services "
+         f"answer); {REACHABLE}"),
+        ("10.96.0.1", "10.96.0.1 is in 10.96.0.0/12, a denied range (the cluster's own pod and Service ranges are "
+         f"denied); {REACHABLE}"),
+        ("localhost", f"'localhost' is a loopback name (it resolves to 127.0.0.1): {LOOPBACK}"),
+        ("127.1", f"'127.1' reads as the IPv4 address 127.0.0.1 (a numeric form resolvers accept): {LOOPBACK}"),
+        ("::ffff:127.0.0.1", LOOPBACK),
+    ],
+)  # fmt: skip
+def test_an_endpoint_address_the_policy_refuses_is_named_with_the_rule(check: Check, address: str, rule: str) -> None:
+    vs = aimed_at({"address": "192.0.2.10"}, {"address": address})
+    assert check(vs) == [f"spec.listeners[0].tcp.cluster.endpoints[1].host.address: {rule}"]
+
+
+def test_endpoints_by_selector_and_dns_name_are_left_to_the_cluster(check: Check) -> None:
+    """A selector picks the Ready pods of the object's own namespace; a name is resolved by the Envoy at run time
+    (the seed's own example forwards to tcp-echo.default.svc)."""
+    assert check(aimed_at({"selector": {"app": "worker"}}, {"address": "tcp-echo.default.svc"}, protocol="udp")) == []
+
+
+def test_the_endpoint_policy_of_the_limits_carves_out_the_dev_ranges_only(check: Check) -> None:
+    dev = Limits(endpoint_policy=dev_endpoint_policy())
+    assert check(aimed_at({"address": "127.77.0.9"}), limits=dev) == []
+    assert check(aimed_at({"address": "127.77.0.9"}, {"address": "127.0.0.1"}), limits=dev) == [
+        f"spec.listeners[0].tcp.cluster.endpoints[1].host.address: {LOOPBACK}"
+    ]
+
+
+def test_an_account_narrows_its_virtual_services_endpoints(check: Check, sample: Sample) -> None:
+    account = sample("Account")
+    account["spec"]["allowedEndpointRanges"] = ["192.0.2.0/24"]
+    namespace = account["metadata"]["namespace"]
+    vs = aimed_at({"address": "192.0.2.10"}, {"address": "198.51.100.1"}, {"address": "echo.example.com"},
+                  namespace=namespace)  # fmt: skip
+    assert check(vs, account) == [
+        "spec.listeners[0].tcp.cluster.endpoints[1].host.address: 198.51.100.1 is outside Account root's "
+        "spec.allowedEndpointRanges (192.0.2.0/24)",
+        "spec.listeners[0].tcp.cluster.endpoints[2].host.address: 'echo.example.com' is a DNS name, which cannot be "
+        "shown to be inside Account root's spec.allowedEndpointRanges (192.0.2.0/24): endpoints of this account are "
+        "IP addresses",
     ]

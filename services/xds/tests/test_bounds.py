@@ -23,7 +23,7 @@ from tollgate.xds.server import XdsServer
 
 def virtual_service(port: int) -> dict[str, Any]:
     """A VirtualService for the Envoys labelled app=edge in namespace ns; each port makes another version."""
-    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}]}
+    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "192.0.2.10"}, "port": 1234}]}
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",
         "kind": "VirtualService",

@@ -31,7 +31,7 @@ CLIENT_IP = "127.0.0.1"  # where the test's gRPC client connects from
 
 
 def virtual_service() -> dict[str, Any]:
-    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}]}
+    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "192.0.2.10"}, "port": 1234}]}
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",
         "kind": "VirtualService",

@@ -17,7 +17,7 @@ def virtual_service(name: str, port: int) -> dict[str, Any]:
     cluster = {
         "name": f"{name}-c",
         "service_discovery": "eds",
-        "endpoints": [{"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}],
+        "endpoints": [{"name": "e", "host": {"address": "192.0.2.10"}, "port": 1234}],
     }
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",

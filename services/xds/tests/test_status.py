@@ -9,7 +9,7 @@ from tollgate.xds import ir, translate
 from tollgate.xds.status import EnvoyView, replica_report, virtual_service_status
 
 REF = ir.SourceRef("2026-01-01T00:00:00Z", "ns", "vs")
-ENDPOINT = {"name": "e", "host": {"address": "127.0.0.1"}, "port": 1234}
+ENDPOINT = {"name": "e", "host": {"address": "192.0.2.10"}, "port": 1234}
 SOURCE = ir.Source(REF, 4, ir.ProxySelector("ns", ir.labels({"app": "ingress"})), ())
 
 

@@ -20,7 +20,7 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def virtual_service(port: int, span_id: str) -> dict[str, Any]:
-    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "127.0.0.1"}, "port": port + 1000}]}
+    cluster = {"name": "c", "endpoints": [{"name": "e", "host": {"address": "192.0.2.10"}, "port": port + 1000}]}
     return {
         "apiVersion": "servicemesh.l7mp.io/v1",
         "kind": "VirtualService",

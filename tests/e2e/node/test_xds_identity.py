@@ -16,10 +16,10 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from tollgate.models.envoy import ENVOY_PROXY_LABEL, LISTENER_ADDRESS_KEY, ads_bootstrap
+from tollgate.models.envoy import ENVOY_PROXY_LABEL
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.echo import UDPEcho
-from tollgate.testing.envoy import EnvoyProcess, bind_to_pod
+from tollgate.testing.envoy import EnvoyProcess
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.net import free_port
 from tollgate.testing.wait import eventually, wait_for
@@ -28,6 +28,7 @@ from tollgate.testing.xds import (
     apply_vs,
     events,
     forwarding_envoy,
+    pod_bootstrap,
     start_xds,
     udp_virtual_service,
     xds_settings,
@@ -50,12 +51,7 @@ async def test_an_envoy_claiming_another_pods_node_id_gets_nothing_and_the_genui
 
         # Another Envoy, from another address, names itself edge.<namespace> and asks for the same listeners there.
         impostor_ip = cluster.remote_address()
-        bootstrap = bind_to_pod(ads_bootstrap(xds.grpc_host, xds.grpc_port, delta=True), impostor_ip)
-        metadata = {LISTENER_ADDRESS_KEY: impostor_ip}
-        bootstrap["node"] = {"id": f"edge.{namespace}", "cluster": namespace, "metadata": metadata}
-        for kind in ("cds_config", "lds_config"):  # LIVE without a first config, instead of after 15 s
-            bootstrap["dynamic_resources"][kind]["initial_fetch_timeout"] = "1s"
-        async with EnvoyProcess(bootstrap, admin_host=impostor_ip) as impostor:
+        async with EnvoyProcess(pod_bootstrap(xds, namespace, "edge", impostor_ip), admin_host=impostor_ip) as impostor:
             message = f"pod {namespace}/edge has IPs {envoy_ip}, and the connection comes from {impostor_ip}"
             expected = f"xDS stream refused: node id 'edge.{namespace}': {message}"
 

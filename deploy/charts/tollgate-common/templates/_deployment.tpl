@@ -67,6 +67,7 @@ spec:
           value: http/json
         {{- end }}
         {{- include "tollgate.routedipTrust" . | nindent 8 }}
+        {{- include "tollgate.endpointPolicy" . | nindent 8 }}
         {{- range $key, $value := .Values.env }}
         - name: {{ $key }}
           value: {{ tpl (toString $value) $ | quote }}

@@ -7,10 +7,17 @@ ranges (default the usual cluster ranges, 10.96.0.0/12 for Services and 10.244.0
 ranges carve exceptions out of both: the most specific (longest) matching prefix decides, so 127.77.0.0/16 allowed
 opens that range of loopback (the dev system's simulated remote nodes) while the rest of 127.0.0.0/8 stays refused.
 An Account's `spec.allowedEndpointRanges`, when set, narrows further: the address must also be inside one of them.
+
+A VirtualService endpoint's host may be a DNS name (the seed's own example forwards to `tcp-echo.default.svc`), which
+the Envoy resolves at run time: `host_refusal` judges a name as the address it always means (a loopback name such as
+`localhost`, a numeric form such as `127.1` that resolvers read as an IPv4 address) and lets any other name pass, since
+only the resolver can answer it; an Account's ranges admit no such name, as it cannot be shown to be inside them.
 """
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
@@ -40,6 +47,18 @@ BUILT_IN: tuple[tuple[IPNetwork, str], ...] = tuple(
 )
 
 
+# Names a resolver answers from the Envoy's own /etc/hosts (a pod's has them) before it asks a DNS server, or, for
+# `*.localhost`, answers with loopback by definition (RFC 6761, 6.3).
+LOOPBACK_NAMES = {
+    "localhost": "127.0.0.1",
+    "localhost.localdomain": "127.0.0.1",
+    "ip6-localhost": "::1",
+    "ip6-loopback": "::1",
+}
+# What inet_aton may read as an IPv4 address: one to four parts, each decimal, octal (0...) or hexadecimal (0x...).
+NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")
+
+
 def parse_range(text: str) -> IPNetwork:
     """One CIDR range (no host bits set); ValueError saying what is wrong."""
     try:
@@ -65,12 +84,36 @@ def parse_address(text: str | IPAddress) -> IPAddress:
     return address
 
 
+def read_host(host: str | IPAddress) -> tuple[IPAddress | None, str]:
+    """The address an endpoint host always means, and how it reads as that address when it is not written as one;
+    (None, "") for a DNS name, which only a resolver can answer."""
+    try:
+        return parse_address(host), ""
+    except ValueError:
+        pass
+    text = str(host)
+    name = text.lower().removesuffix(".")
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        address = LOOPBACK_NAMES.get(name, "127.0.0.1")
+        return parse_address(address), f"{text!r} is a loopback name (it resolves to {address})"
+    if NUMERIC_HOST.fullmatch(text):
+        try:
+            numeric = IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None, ""
+        return numeric, f"{text!r} reads as the IPv4 address {numeric} (a numeric form resolvers accept)"
+    return None, ""
+
+
 @dataclass(frozen=True)
 class AccountRanges:
     """An Account's `spec.allowedEndpointRanges`: the only ranges its endpoints may be in."""
 
     account: str
     ranges: tuple[IPNetwork, ...]
+
+    def __str__(self) -> str:
+        return f"Account {self.account}'s spec.allowedEndpointRanges ({', '.join(map(str, self.ranges)) or 'none'})"
 
 
 @dataclass(frozen=True)
@@ -120,19 +163,38 @@ class EndpointPolicy:
             if not allowed:
                 return Refusal(field, why)
         if account is not None and not any(_contains(network, address) for network in account.ranges):
-            ranges = ", ".join(map(str, account.ranges)) or "none"
-            return Refusal(
-                field,
-                f"{address} is outside Account {account.account}'s spec.allowedEndpointRanges ({ranges})",
-            )
+            return Refusal(field, f"{address} is outside {account}")
         return None
 
+    def host_refusal(self, field: str, host: str | IPAddress, account: AccountRanges | None = None) -> Refusal | None:
+        """Why the endpoint host in `field`, an IP address or a DNS name, may not be an endpoint; None when it may. A
+        name is judged as the address it always means (see `read_host`); any other passes, unless an Account narrows
+        the policy."""
+        address, reading = read_host(host)
+        if address is None:
+            if account is None:
+                return None
+            return Refusal(
+                field,
+                f"{str(host)!r} is a DNS name, which cannot be shown to be inside {account}: endpoints of this "
+                "account are IP addresses",
+            )
+        refusal = self.refusal(field, address, account)
+        return Refusal(field, f"{reading}: {refusal.rule}") if refusal is not None and reading else refusal
+
     def refusals(
-        self, fields: Sequence[tuple[str, str | IPAddress]], account: AccountRanges | None = None
+        self,
+        fields: Sequence[tuple[str, str | IPAddress]],
+        account: AccountRanges | None = None,
+        hosts: bool = False,
     ) -> list[Refusal]:
-        """The refusal of each (field, address) that has one."""
-        found = (self.refusal(field, address, account) for field, address in fields)
+        """The refusal of each (field, address) that has one; with `hosts`, each may be a DNS name (`host_refusal`)."""
+        judge = self.host_refusal if hosts else self.refusal
+        found = (judge(field, address, account) for field, address in fields)
         return [refusal for refusal in found if refusal is not None]
+
+
+DEFAULT_POLICY = EndpointPolicy()
 
 
 def _contains(network: IPNetwork, address: IPAddress) -> bool:

@@ -100,6 +100,16 @@ class VirtualServiceSpec(WireModel):
     )
     listeners: list[Listener] = Field(default_factory=list)
 
+    def endpoint_hosts(self) -> list[tuple[str, str]]:
+        """(field path, host) of every endpoint given by address, for the endpoint address policy
+        (tollgate.models.addresses); those given by a selector are the Ready pods of the object's own namespace."""
+        return [
+            (f"spec.listeners[{index}].{listener.protocol.lower()}.cluster.endpoints[{number}].host.address", address)
+            for index, listener in enumerate(self.listeners)
+            for number, endpoint in enumerate(listener.port_listener.cluster.endpoints)
+            if (address := endpoint.host.address) is not None
+        ]
+
 
 MAX_ENVOYS_IN_STATUS = 100
 # Envoy names longer than this are cut and end in a hash of the whole name (see tollgate.xds.translate).

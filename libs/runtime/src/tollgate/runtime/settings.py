@@ -96,7 +96,7 @@ class RoutedIPTrustSettings(BaseSettings):
 
 class EndpointPolicySettings(BaseSettings):
     """The endpoint address policy (tollgate.models.addresses), for the services that enforce it: the webhook at
-    admission and the allocator at registration."""
+    admission, the allocator at registration and xds before it serves a VirtualService."""
 
     endpoint_denied_ranges: str = Field(
         default=",".join(DEFAULT_DENIED_RANGES),

@@ -23,7 +23,7 @@ from tollgate.runtime.kube import api_client
 from tollgate.runtime.operator import run_operator
 from tollgate.runtime.resync import Mirror
 from tollgate.runtime.service import ServiceContext, run
-from tollgate.runtime.settings import ServiceSettings
+from tollgate.runtime.settings import EndpointPolicySettings, ServiceSettings
 from tollgate.runtime.shutdown import stop_grpc_server
 from tollgate.runtime.tracing import server_interceptors
 from tollgate.xds import handlers
@@ -40,7 +40,7 @@ log = logging.getLogger("tollgate.xds")
 ADS_SERVICE = ads_pb2.DESCRIPTOR.services_by_name["AggregatedDiscoveryService"].full_name
 
 
-class Settings(ServiceSettings):
+class Settings(ServiceSettings, EndpointPolicySettings):
     model_config = SettingsConfigDict(env_prefix="TOLLGATE_XDS_", extra="ignore")
 
     service_name: str = "tollgate-xds"
@@ -149,6 +149,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         debounce=settings.debounce_ms / 1000,
         meter=telemetry.meter("tollgate.xds"),
         tracer=telemetry.tracer("tollgate.xds"),
+        endpoint_policy=settings.endpoint_policy(),
     )
     api = api_client(settings.kubeconfig)
     kube = Kube(api)

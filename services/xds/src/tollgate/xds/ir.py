@@ -142,6 +142,10 @@ class ProxySelector:
     match: Labels
 
 
+# What a source that must be served nowhere selects: no Envoy, as every pod has a namespace.
+NO_PROXIES = ProxySelector("", ())
+
+
 @dataclass(frozen=True)
 class Source:
     ref: SourceRef
@@ -150,6 +154,9 @@ class Source:
     units: tuple[Listener, ...]
     # Spec errors found while translating, each naming the field and the rule; the unit is left out.
     errors: tuple[str, ...] = ()
+    # Endpoint addresses the endpoint address policy refuses, each naming the field and the rule: the whole source is
+    # left out (it selects NO_PROXIES).
+    refusals: tuple[str, ...] = ()
 
     @functools.cached_property
     def claims(self) -> tuple[frozenset[str], frozenset[tuple[str, int]], frozenset[str]]:

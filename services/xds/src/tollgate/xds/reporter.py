@@ -19,7 +19,7 @@ from tollgate.runtime.backoff import Backoff, is_api_failure
 from tollgate.xds import ir
 from tollgate.xds.k8s import Kube
 from tollgate.xds.server import XdsServer
-from tollgate.xds.status import EnvoyView, replica_report, virtual_service_status
+from tollgate.xds.status import ENDPOINT_REFUSED, EnvoyView, replica_report, virtual_service_status
 
 log = logging.getLogger("tollgate.xds.reporter")
 RETRY_BACKOFF = Backoff(base=0.5, cap=30.0, jitter=0.5)
@@ -142,6 +142,7 @@ class StatusReporter:
             reports[self.replica] = replica_report(source, views.get(ref, {}).values(), conflicts.get(ref, []))
             status = virtual_service_status(source, reports, current)
             await self._tell(dict(obj), key, "errors", "Warning", "Invalid", "; ".join(source.errors))
+            await self._tell(dict(obj), key, "refusals", "Warning", ENDPOINT_REFUSED, "; ".join(source.refusals))
             conflicted = status.condition("Conflicted")
             await self._tell(
                 dict(obj),

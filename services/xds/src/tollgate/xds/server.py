@@ -20,6 +20,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
+from tollgate.models.addresses import DEFAULT_POLICY, EndpointPolicy
 from tollgate.runtime.resync import Key
 from tollgate.runtime.tracing import annotated_parent, link_to, parent_context
 from tollgate.xds import ir, resources, translate
@@ -77,8 +78,9 @@ class XdsServer:
         tracer: trace.Tracer | None = None,
         stream_class: type[Stream] = Stream,
         max_outstanding: int = MAX_OUTSTANDING,
+        endpoint_policy: EndpointPolicy = DEFAULT_POLICY,
     ) -> None:
-        self.world = World()
+        self.world = World(endpoint_policy)
         self.dns = dns or DNS()
         self.cache = resources.ResourceCache(self.dns)
         self.debounce = debounce

@@ -5,7 +5,8 @@ Each replica of tollgate-xds reports on the Envoys connected to it (`replica_rep
 that every replica computes the same status from the same reports and none undoes another's.
 
 Conditions: `Accepted` (the spec translates), `Conflicted` (another source on the same Envoy holds one of its
-names or ports) and `Programmed` (every Envoy it applies to runs its latest version), with the counts in
+names or ports) and `Programmed` (every Envoy it applies to runs its latest version; False with reason
+`EndpointRefused`, like Accepted, when the endpoint address policy refuses an endpoint), with the counts in
 `proxies`/`programmed_proxies`, one entry per Envoy in `envoys`, and the Envoy names of its listeners and
 clusters in `envoy_names`.
 """
@@ -26,6 +27,8 @@ from tollgate.xds import ir
 from tollgate.xds.streams import OwnerState
 
 MAX_MESSAGES = 5
+# The reason of Accepted and Programmed when the endpoint address policy refuses an endpoint's address.
+ENDPOINT_REFUSED = "EndpointRefused"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,10 @@ def virtual_service_status(
     generation = source.generation
     status.observed_generation = generation
 
-    if source.errors:
+    refused = _join(source.refusals)
+    if refused:
+        status.set_condition("Accepted", "False", ENDPOINT_REFUSED, refused, generation)
+    elif source.errors:
         status.set_condition("Accepted", "False", "Invalid", _join(source.errors), generation)
     else:
         status.set_condition("Accepted", "True", "Accepted", f"{len(source.units)} listener(s) translated", generation)
@@ -100,7 +106,9 @@ def virtual_service_status(
     proxies = sum(r.proxies for r in ordered)
     programmed = sum(r.programmed_proxies for r in ordered)
     rejected = sorted({m for r in ordered for m in r.rejected})
-    if not proxies:
+    if refused:
+        status.set_condition("Programmed", "False", ENDPOINT_REFUSED, f"served to no Envoy: {refused}", generation)
+    elif not proxies:
         status.set_condition(
             "Programmed",
             "False",

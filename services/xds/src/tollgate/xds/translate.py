@@ -1,7 +1,8 @@
 """CRs to the intermediate representation, and the IR of every source to what one Envoy is served. No I/O.
 
 - A VirtualService's `selector` picks Envoy pods in its own namespace; `host.selector` picks the Ready pods of
-  that namespace whose IPs become endpoints.
+  that namespace whose IPs become endpoints. Its `host.address`es follow the endpoint address policy
+  (tollgate.models.addresses), as at admission: one it refuses leaves the whole VirtualService out.
 - A LoadBalancer's `public-ports` become listeners on its Envoy proxies (pods labelled with its name and
   account), bound to its `public-address` when it has one, each forwarding to the RemoteEndpoints its
   targetPort reaches (`epic.reaches`: same protocol, and the endpoint port's number or name is the target),
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tollgate.models import epic
+from tollgate.models.addresses import DEFAULT_POLICY, EndpointPolicy
 from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
 from tollgate.models.gateway import (
     BackendRef,
@@ -122,9 +124,19 @@ def _ref(metadata: Mapping[str, Any], kind: ir.SourceKind) -> ir.SourceRef:
     )
 
 
-def virtual_service(vs: VirtualService, pods: Iterable[Pod]) -> ir.Source:
-    """A VirtualService's units; `pods` are those of its namespace (others are ignored)."""
+def virtual_service(vs: VirtualService, pods: Iterable[Pod], policy: EndpointPolicy = DEFAULT_POLICY) -> ir.Source:
+    """A VirtualService's units; `pods` are those of its namespace (others are ignored). One whose endpoint
+    addresses `policy` refuses (one that got past a down webhook) is served to no Envoy."""
     namespace = vs.namespace or ""
+    refusals = policy.refusals(vs.spec.endpoint_hosts(), hosts=True)
+    if refusals:
+        return ir.Source(
+            ref=_ref(vs.metadata, "VirtualService"),
+            generation=vs.generation or 0,
+            selector=ir.NO_PROXIES,
+            units=(),
+            refusals=tuple(map(str, refusals)),
+        )
     ready = sorted(
         (p for p in pods if p.namespace == namespace and p.ready and p.ip), key=lambda p: (p.ip or "", p.name)
     )

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tollgate.models.addresses import DEFAULT_POLICY, EndpointPolicy
 from tollgate.models.base import CustomResource
 from tollgate.models.epic import GWEndpointSlice, GWProxy, GWRoute, LoadBalancer, RemoteEndpoint
 from tollgate.models.servicemesh import VirtualService
@@ -31,8 +32,7 @@ def _invalid(obj: Mapping[str, Any], kind: ir.SourceKind, error: ValidationError
     errors = tuple(
         f"{'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors(include_url=False)
     )
-    # An invalid source applies to no Envoy: every pod has a namespace.
-    return ir.Source(ref, int(meta.get("generation") or 0), ir.ProxySelector("", ()), (), errors)
+    return ir.Source(ref, int(meta.get("generation") or 0), ir.NO_PROXIES, (), errors)
 
 
 def _replace(
@@ -51,7 +51,8 @@ def _replace(
 
 
 class World:
-    def __init__(self) -> None:
+    def __init__(self, endpoint_policy: EndpointPolicy = DEFAULT_POLICY) -> None:
+        self.endpoint_policy = endpoint_policy
         self.virtual_services: dict[Key, Mapping[str, Any]] = {}
         self.load_balancers: dict[Key, Mapping[str, Any]] = {}
         self.gw_proxies: dict[Key, Mapping[str, Any]] = {}
@@ -160,7 +161,8 @@ class World:
             return _invalid(obj, kind, error)
         namespace = key[0]
         if isinstance(resource, VirtualService):
-            return translate.virtual_service(resource, (p for p in self.pods.values() if p.namespace == namespace))
+            pods = (p for p in self.pods.values() if p.namespace == namespace)
+            return translate.virtual_service(resource, pods, self.endpoint_policy)
         if isinstance(resource, LoadBalancer):
             endpoints = (e for e in self.remote_endpoints.values() if e.namespace == namespace)
             return translate.load_balancer(resource, endpoints)

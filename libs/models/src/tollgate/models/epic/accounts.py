@@ -95,7 +95,8 @@ class AccountSpec(WireModel):
         alias="allowedEndpointRanges",
         max_length=100,
         description="CIDRs the account's endpoints must be in (RemoteEndpoint addresses and node addresses, "
-        "GWEndpointSlice addresses), on top of the cluster's endpoint policy; unset: any address the policy allows.",
+        "GWEndpointSlice addresses, VirtualService endpoint addresses, which may then not be DNS names), on top of "
+        "the cluster's endpoint policy; unset: any address the policy allows.",
     )
 
     def endpoint_ranges(self, account: str) -> AccountRanges | None:

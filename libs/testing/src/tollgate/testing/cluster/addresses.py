@@ -13,8 +13,9 @@ SERVICE_CIDR = "127.2.0.0/16"
 POD_CIDR = "127.1.0.0/16"
 # Simulated remote client nodes and their endpoints: the one loopback range the dev endpoint policy allows.
 REMOTE_CIDR = "127.77.0.0/16"
-# The endpoint policy of the dev system and the end-to-end tests (TOLLGATE_<SERVICE>_ENDPOINT_*_RANGES of the webhook
-# and the allocator): the embedded cluster's own pod and Service ranges denied, 127.77.0.0/16 carved out of loopback.
+# The endpoint policy of the dev system and the end-to-end tests (TOLLGATE_<SERVICE>_ENDPOINT_*_RANGES of the webhook,
+# the allocator and xds): the embedded cluster's own pod and Service ranges denied, 127.77.0.0/16 carved out of
+# loopback.
 DEV_ENDPOINT_DENIED_RANGES = f"{POD_CIDR},{SERVICE_CIDR}"
 DEV_ENDPOINT_ALLOWED_RANGES = REMOTE_CIDR
 

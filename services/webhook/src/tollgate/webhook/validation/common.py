@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
@@ -213,9 +213,12 @@ def _account_ranges(review: Review) -> AccountRanges | None:
     return spec.endpoint_ranges(account) if spec is not None else None
 
 
-def endpoint_addresses(review: Review, addresses: list[tuple[str, str | IPAddress]]) -> Iterator[Violation]:
-    """The endpoint address policy, narrowed by the namespace's Account."""
-    for refusal in review.limits.endpoint_policy.refusals(addresses, _account_ranges(review)):
+def endpoint_addresses(
+    review: Review, addresses: Sequence[tuple[str, str | IPAddress]], hosts: bool = False
+) -> Iterator[Violation]:
+    """The endpoint address policy, narrowed by the namespace's Account; with `hosts`, an address may be a DNS name
+    (tollgate.models.addresses.EndpointPolicy.host_refusal)."""
+    for refusal in review.limits.endpoint_policy.refusals(addresses, _account_ranges(review), hosts):
         yield Violation(refusal.field, refusal.rule)
 
 

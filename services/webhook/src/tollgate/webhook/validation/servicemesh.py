@@ -13,6 +13,7 @@ from tollgate.webhook.validation.common import (
     JSONObject,
     Review,
     Violation,
+    endpoint_addresses,
     identity,
     metadata_of,
     reference,
@@ -79,7 +80,8 @@ def _selector_text(selector: Mapping[str, Any]) -> str:
 def virtual_service_violations(resource: VirtualService, review: Review) -> Iterator[Violation]:
     """Names must be unique where they meet: listener and cluster names within the object (Envoy's names are
     `<namespace>/<object>/<name>`, see tollgate.xds.translate), endpoint names within their cluster. Ports meet
-    on the Envoys of the namespace: no two listeners on one port/protocol for overlapping selectors."""
+    on the Envoys of the namespace: no two listeners on one port/protocol for overlapping selectors. Endpoint
+    addresses follow the endpoint address policy, as RemoteEndpoints' do."""
     spec = resource.spec
     listeners: dict[str, str] = {}
     clusters: dict[str, str] = {}
@@ -107,6 +109,7 @@ def virtual_service_violations(resource: VirtualService, review: Review) -> Iter
                 "only a cluster behind a udp listener can hash on a key (Envoy's TCP proxy has no key hash policy)",
             )
         yield from _taken_port(review, protocol, port, spec.selector, f"{block}.port")
+    yield from endpoint_addresses(review, spec.endpoint_hosts(), hosts=True)
 
 
 def _overlapping_on_port(review: Review, protocol: str, port: int, selector: Mapping[str, str]) -> list[JSONObject]:
