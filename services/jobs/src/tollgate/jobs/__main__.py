@@ -7,8 +7,9 @@ import sys
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.jobs.cache import ClusterCache
 from tollgate.jobs.controller import Reconciler, Tuning
-from tollgate.jobs.handlers import build_registry
+from tollgate.jobs.handlers import Watched, build_registry
 from tollgate.jobs.k8s import GoopApi
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.leader import lease_config
@@ -41,9 +42,11 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         workers=settings.workers,
         job_batch=settings.job_batch_seconds,
     )
-    reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
+    api, cache = GoopApi(api_client(settings.kubeconfig)), ClusterCache()
+    reconciler = Reconciler(api, cache, context.telemetry, tuning)
+    registry = build_registry(Watched(reconciler, cache), api, settings.namespace)
     try:
-        await run_operator(settings, context, build_registry(reconciler), lease_config(settings))
+        await run_operator(settings, context, registry, lease_config(settings))
     finally:
         await reconciler.close()
 
