@@ -1,15 +1,45 @@
-"""The controller's memory of Jobs and nodes (the cache kopf's indexes were)."""
+"""The controller's memory of Jobs and nodes (the cache kopf's indexes were), and how watch events and the resync's
+corrections reach it and the work queue."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
 from tollgate.jobs.cache import ClusterCache, OwnedJob
-from tollgate.jobs.k8s import trimmed
+from tollgate.jobs.controller import Reconciler, Tuning
+from tollgate.jobs.handlers import Watched
+from tollgate.jobs.k8s import GoopApi, trimmed
 from tollgate.jobs.nodes import NodeInfo, watches_nodes
-from tollgate.jobs.workers import ObservedJob
+from tollgate.jobs.workers import INDEX_ANNOTATION, ObservedJob
+from tollgate.runtime.resync import Mirror
+from tollgate.runtime.telemetry import Telemetry
 
 
 def owned(name: str, goop: str = "g", uid: str = "uid-1", phase: str = "Pending") -> OwnedJob:
     return OwnedJob(("ns", goop), uid, ObservedJob(name=name, phase=phase))  # type: ignore[arg-type]
+
+
+def job_body(name: str, goop: str = "g", uid: str = "uid-1", succeeded: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True"}] if succeeded else []
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"job-{name}",
+            "resourceVersion": "7",
+            "annotations": {INDEX_ANNOTATION: name.rsplit("-", 1)[1]},
+            "ownerReferences": [{"kind": "Goop", "name": goop, "uid": uid, "controller": True}],
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+def gone(name: str) -> dict[str, Any]:
+    """A deleted object as the resync hands it over: its namespace and name only."""
+    return {"metadata": {"namespace": "ns", "name": name}}
 
 
 def test_the_cache_keeps_each_goops_jobs_as_last_told() -> None:
@@ -66,3 +96,43 @@ def test_a_listing_keeps_only_what_the_controller_reads() -> None:
     assert trimmed("nodes", node) == {"metadata": kept, "spec": {"unschedulable": True}}
     assert trimmed("jobs", job) == {"metadata": kept, "status": {"succeeded": 1}}
     assert trimmed("goops", goop) == {**goop, "metadata": kept}
+
+
+def watched() -> Watched:
+    cache = ClusterCache()
+    telemetry = Telemetry(TracerProvider(), MeterProvider(), exporting=False)
+    reconciler = Reconciler(cast(GoopApi, None), cache, telemetry, Tuning(job_batch=0))
+    return Watched(reconciler, cache, Mirror())
+
+
+async def test_a_job_deletion_the_resync_found_leaves_the_cache_and_its_goop_is_reconciled() -> None:
+    memory = watched()
+    memory.load({"jobs": [job_body("g-0", succeeded=True), job_body("g-1")], "nodes": []})
+    memory.correct("jobs", gone("g-1"), deleted=True)
+    assert [j.name for j in memory.cache.jobs("uid-1")] == ["g-0"]
+    assert await memory.reconciler.queue.get() == ("ns", "g")
+    await memory.reconciler.close()
+
+
+async def test_a_job_change_the_resync_found_updates_the_cache_and_its_goop_is_reconciled() -> None:
+    memory = watched()
+    memory.load({"jobs": [job_body("g-0")], "nodes": []})
+    memory.correct("jobs", job_body("g-0", succeeded=True), deleted=False)
+    assert [(j.name, j.phase) for j in memory.cache.jobs("uid-1")] == [("g-0", "Succeeded")]
+    assert await memory.reconciler.queue.get() == ("ns", "g")
+    await memory.reconciler.close()
+
+
+async def test_a_node_deletion_the_resync_found_reconciles_the_per_node_goops_that_are_not_done() -> None:
+    memory = watched()
+    memory.load({"jobs": [], "nodes": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]})
+    for name, phase in (("running", "Running"), ("done", "Completed")):
+        goop = {"metadata": {"namespace": "ns", "name": name, "uid": name, "resourceVersion": "1"}}
+        memory.reconciler.goop_changed({**goop, "spec": {"placement": "PerNode"}, "status": {"phase": phase}})
+        assert await memory.reconciler.queue.get() == ("ns", name)
+        memory.reconciler.queue.done(("ns", name))
+    memory.correct("nodes", {"metadata": {"name": "b"}}, deleted=True)
+    assert [node.name for node in memory.cache.nodes()] == ["a"]
+    assert len(memory.reconciler.queue) == 1
+    assert await memory.reconciler.queue.get() == ("ns", "running")
+    await memory.reconciler.close()

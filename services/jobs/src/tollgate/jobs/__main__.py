@@ -14,6 +14,7 @@ from tollgate.jobs.k8s import GoopApi
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
+from tollgate.runtime.resync import Mirror
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ControllerSettings
 
@@ -33,6 +34,12 @@ class Settings(ControllerSettings):
         description="Window in which a Goop's Job events are batched into one reconcile (and one status write); "
         "a Job that failed or finished the Goop's last one is acted on at once.",
     )
+    resync_period_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="List the Goops, their Jobs and the nodes again this often (give or take 10%) and act on what "
+        "the watches missed (a Job deleted, say); the first time 15 s after startup at most.",
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
@@ -44,7 +51,9 @@ async def main(settings: Settings, context: ServiceContext) -> None:
     )
     api, cache = GoopApi(api_client(settings.kubeconfig)), ClusterCache()
     reconciler = Reconciler(api, cache, context.telemetry, tuning)
-    registry = build_registry(Watched(reconciler, cache), api, settings.namespace)
+    registry = build_registry(
+        Watched(reconciler, cache, Mirror()), api, settings.namespace, settings.resync_period_seconds
+    )
     try:
         await run_operator(settings, context, registry, lease_config(settings))
     finally:

@@ -1,5 +1,5 @@
-"""What the controller knows of the cluster besides the Goops: each Goop's worker Jobs and the nodes, as a listing
-and the watches told them. Pure, no I/O.
+"""What the controller knows of the cluster besides the Goops: each Goop's worker Jobs and the nodes, as the watches
+told them and the resync corrected them. Pure, no I/O.
 
 kopf's indexes held this before, but only a watch event changes an index: an object deleted while its watch was
 down (kopf lists again after 410 Gone and never reports what the listing lacks) stayed in it for good.

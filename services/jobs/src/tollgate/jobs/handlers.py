@@ -1,5 +1,6 @@
 """kopf handlers: every watched Goop, Job and node goes into the controller's memory (the Goop bodies, the cache of
-Jobs and nodes) and becomes a reconcile request for the Goops it concerns.
+Jobs and nodes, the resync's mirror) and becomes a reconcile request for the Goops it concerns; and the resync that
+corrects that memory where a watch missed an event.
 
 The cache is filled by a listing of the Jobs and nodes at startup, before kopf's watches start, so a reconcile
 never mistakes a Job or a node it has not read yet for a missing one.
@@ -7,6 +8,7 @@ never mistakes a Job or a node it has not read yet for a missing one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,8 +21,11 @@ from tollgate.jobs.k8s import JOB_PLURAL, NODE_PLURAL, PLURAL, GoopApi
 from tollgate.jobs.nodes import node_info
 from tollgate.jobs.workers import GOOP_UID_LABEL, goop_owner, observe_job
 from tollgate.models.goop import GROUP, VERSION
+from tollgate.runtime import resync
 from tollgate.runtime.operator import configure
-from tollgate.runtime.resync import Key, key_of
+from tollgate.runtime.resync import Key, Mirror, key_of
+
+log = logging.getLogger("tollgate.jobs.handlers")
 
 EVENT_POSTERS = 16
 EVENT_POSTER_IDLE_SECONDS = 0.1
@@ -29,16 +34,18 @@ LOAD_RETRY_SECONDS = 5.0
 
 
 class Watched:
-    """What the watches tell into the controller's memory and its work queue."""
+    """What the watches tell, and what the resync corrects, into the controller's memory and its work queue."""
 
-    def __init__(self, reconciler: Reconciler, cache: ClusterCache) -> None:
+    def __init__(self, reconciler: Reconciler, cache: ClusterCache, mirror: Mirror) -> None:
         self.reconciler = reconciler
         self.cache = cache
+        self.mirror = mirror
 
     def load(self, listing: Mapping[str, Iterable[Mapping[str, Any]]]) -> None:
         """Fill the cache with a listing of Jobs and nodes (queueing nothing: the watches' own listing does)."""
         for plural, items in listing.items():
             for obj in items:
+                self.mirror.record(plural, obj)
                 if plural == JOB_PLURAL:
                     self._set_job(obj)
                 else:
@@ -46,8 +53,16 @@ class Watched:
 
     def event(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> None:
         """A watch event, from a kopf handler."""
+        self.mirror.record(plural, obj, deleted)
         self.reconciler.start()
         self.apply(plural, obj, deleted)
+
+    def correct(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> None:
+        """A resync's correction (of a deleted object, only its namespace and name are known): like a watch event."""
+        goops = self.apply(plural, obj, deleted)
+        if goops:
+            named = [f"{namespace}/{name}" for namespace, name in goops]
+            log.info("resync: corrected what the controller knows of these Goops", extra={"goops": named})
 
     def apply(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> list[Key]:
         """Update the memory and request reconciles; the Goops concerned."""
@@ -80,6 +95,7 @@ class Watched:
             self.reconciler.job_changed(owned.goop, owned.goop_uid, owned.job)
             return [owned.goop]
         known = self.cache.remove_job(key_of(obj))
+        # A watch's DELETED event carries the Job's last state; a resync's correction only its name.
         gone = _owned(obj) or known
         if gone is None:
             return []
@@ -112,8 +128,12 @@ class NoEssence(kopf.AnnotationsDiffBaseStorage):
         return kopf.BodyEssence()
 
 
-def build_registry(watched: Watched, api: GoopApi, namespace: str | None) -> kopf.OperatorRegistry:
+def build_registry(
+    watched: Watched, api: GoopApi, namespace: str | None, resync_period: float
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+    stop_resync = asyncio.Event()
+    resyncing: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -135,11 +155,23 @@ def build_registry(watched: Watched, api: GoopApi, namespace: str | None) -> kop
     @kopf.on.startup(registry=registry, backoff=LOAD_RETRY_SECONDS)
     async def load(**_: Any) -> None:
         """Fill the cache before kopf's watches start (startup handlers run first, and only once this replica
-        leads)."""
+        leads), then start the resync."""
         watched.load(await api.list_watched((JOB_PLURAL, NODE_PLURAL), namespace))
+
+        async def list_all() -> dict[str, list[dict[str, Any]]]:
+            return await api.list_watched((PLURAL, JOB_PLURAL, NODE_PLURAL), namespace)
+
+        resyncing.append(
+            asyncio.create_task(
+                resync.resync_every(resync_period, watched.mirror, list_all, watched.correct, stop_resync),
+                name="resync",
+            )
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        stop_resync.set()
+        await asyncio.gather(*resyncing)
         await watched.reconciler.close()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
