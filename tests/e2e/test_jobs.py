@@ -15,6 +15,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -25,14 +26,18 @@ from tollgate.models.base import parse_rfc3339
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.nodes import node_ready
+from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import wait_for
+from tollgate.testing.watchproxy import WatchProxy
 
 GROUP, VERSION, PLURAL = "goop.example.com", "v1alpha1", "goops"
 HOLD = {"tollgate.io/goop-e2e-hold": "true"}  # no node has this label: pods stay Pending
 TEST_NODE_LABEL = "tollgate.io/goop-e2e"
 TIMEOUT = 60
+RESYNC_SECONDS = 3
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"  # the Job controller's label on its pods
 
 
 @pytest.fixture
@@ -297,6 +302,81 @@ def test_editing_job_count_scales_up_and_reports_finished_work_it_cannot_undo(
     status = wait_phase(custom, namespace, "elastic", "Completed")
     assert (status["desired"], status["succeeded"]) == (1, 2)
     assert [d["name"] for d in status["jobs"]] == ["elastic-0", "elastic-3"]
+
+
+def left_out(proxy: WatchProxy, type_: str, name: str, version: str | None = None) -> bool:
+    """Whether the proxy left out a watch event of that type of the object `name` (at `version`, if given)."""
+    return any(
+        event["type"] == type_
+        and event["object"]["metadata"]["name"] == name
+        and version in (None, event["object"]["metadata"]["resourceVersion"])
+        for event in proxy.dropped
+    )
+
+
+def test_job_events_lost_on_the_wire_are_repaired_by_the_resync(
+    cluster: EmbeddedCluster,
+    kube: client.ApiClient,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    run_service: ServiceFactory,
+    tmp_path: Path,
+) -> None:
+    """The controller never hears that one worker finished and another was deleted: the watch never sends those
+    events again, so the Goop would wait for good. The resync lists the Jobs, finds both, and the controller records
+    the first and creates the second again."""
+    account = service_account_kubeconfig(cluster, "jobs", tmp_path)
+    with WatchProxy(account, tmp_path) as proxy:
+        env = {"KUBECONFIG": str(proxy.kubeconfig), "TOLLGATE_JOBS_KUBECONFIG": str(proxy.kubeconfig)}
+        controller = run_service("jobs", env={**env, "TOLLGATE_JOBS_RESYNC_PERIOD_SECONDS": str(RESYNC_SECONDS)})
+        goop = create_goop(custom, namespace, "lossy", jobCount=3, nodeSelector=HOLD)
+        names = ["lossy-0", "lossy-1", "lossy-2"]
+        uids = {j.metadata.name: j.metadata.uid for j in wait_jobs(kube, namespace, goop, names)}
+        wait_status(custom, namespace, "lossy", lambda s: len(s.get("jobs", [])) == 3, "3 Jobs in the status")
+
+        lost = {uids["lossy-0"], uids["lossy-1"]}
+        proxy.drop(lambda event: event["object"]["metadata"].get("uid") in lost)
+        batch = client.BatchV1Api(kube)
+        finish_pod(core, namespace, "lossy-0", exit_code=0)
+        batch.delete_namespaced_job("lossy-1", namespace, propagation_policy="Background")
+
+        def complete() -> str | None:
+            job = batch.read_namespaced_job("lossy-0", namespace)
+            done = any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+            return str(job.metadata.resource_version) if done else None
+
+        # The Job controller writes a finished Job's status in steps: its last one must be left out too.
+        version = wait_for(complete, "lossy-0 Complete", timeout=TIMEOUT)
+        wait_for(
+            lambda: left_out(proxy, "MODIFIED", "lossy-0", version) and left_out(proxy, "DELETED", "lossy-1"),
+            "the proxy to leave out lossy-0's completion and lossy-1's deletion",
+            timeout=TIMEOUT,
+        )
+        proxy.drop(None)
+
+        status = wait_status(
+            custom, namespace, "lossy", lambda s: s.get("succeeded") == 1, "lossy-0's success, found by the resync"
+        )
+        assert [d["name"] for d in status["jobs"] if d["phase"] == "Succeeded"] == ["lossy-0"]
+        recreated = wait_for(
+            lambda: next((j for j in jobs_of(kube, namespace, goop) if j.metadata.name == "lossy-1"), None),
+            "lossy-1 created again once the resync found it deleted",
+            timeout=TIMEOUT,
+        )
+        assert recreated.metadata.uid != uids["lossy-1"]
+        wait_for(
+            lambda: not core.list_namespaced_pod(namespace, label_selector=f"{JOB_UID_LABEL}={uids['lossy-1']}").items,
+            "the deleted lossy-1's pod gone",
+            timeout=TIMEOUT,
+        )
+        logs = controller.logs()
+        assert f"resync: jobs {namespace}/lossy-0 changed without a watch event" in logs
+        assert f"resync: jobs {namespace}/lossy-1 was deleted without a watch event" in logs
+
+        for name in names[1:]:
+            finish_pod(core, namespace, name, exit_code=0)
+        assert wait_phase(custom, namespace, "lossy", "Completed")["succeeded"] == 3
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ import sys
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tollgate.jobs.cache import ClusterCache
 from tollgate.jobs.controller import Reconciler, Tuning
-from tollgate.jobs.handlers import build_registry
+from tollgate.jobs.handlers import Watched, build_registry
 from tollgate.jobs.k8s import GoopApi
 from tollgate.runtime.kube import api_client
 from tollgate.runtime.leader import lease_config
 from tollgate.runtime.operator import run_operator
+from tollgate.runtime.resync import Mirror
 from tollgate.runtime.service import ServiceContext, run
 from tollgate.runtime.settings import ControllerSettings
 
@@ -32,6 +34,12 @@ class Settings(ControllerSettings):
         description="Window in which a Goop's Job events are batched into one reconcile (and one status write); "
         "a Job that failed or finished the Goop's last one is acted on at once.",
     )
+    resync_period_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="List the Goops, their Jobs and the nodes again this often (give or take 10%) and act on what "
+        "the watches missed (a Job deleted, say); the first time 15 s after startup at most.",
+    )
 
 
 async def main(settings: Settings, context: ServiceContext) -> None:
@@ -41,9 +49,13 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         workers=settings.workers,
         job_batch=settings.job_batch_seconds,
     )
-    reconciler = Reconciler(GoopApi(api_client(settings.kubeconfig)), context.telemetry, tuning)
+    api, cache = GoopApi(api_client(settings.kubeconfig)), ClusterCache()
+    reconciler = Reconciler(api, cache, context.telemetry, tuning)
+    registry = build_registry(
+        Watched(reconciler, cache, Mirror()), api, settings.namespace, settings.resync_period_seconds
+    )
     try:
-        await run_operator(settings, context, build_registry(reconciler), lease_config(settings))
+        await run_operator(settings, context, registry, lease_config(settings))
     finally:
         await reconciler.close()
 

@@ -8,14 +8,14 @@ window (`Tuning.job_batch`), so that the Goop's other Jobs' events in that windo
 own; the event of a Job that failed or finished the last of the Goop's Jobs queues it at once.
 A reconcile takes the Goop as the watch last delivered it, or as its own last status write returned it,
 whichever is newer (the status is the run's memory, so it must never plan on a status older than its own
-write), its Jobs and the nodes from kopf's in-memory indexes, plans, acts, plans again and writes the status
-only when it changed, guarded by the resourceVersion it planned on: when the Goop changed meanwhile, the API
-server refuses the write and the reconcile runs again on a fresh read. A Goop event of a version already known
-(the echo of its own write) and a Job event that the status already records change nothing and cost no
-reconcile.
+write), its Jobs and the nodes from the controller's cache (tollgate.jobs.cache), plans, acts, plans again and
+writes the status only when it changed, guarded by the resourceVersion it planned on: when the Goop changed
+meanwhile, the API server refuses the write and the reconcile runs again on a fresh read. A Goop event of a
+version already known (the echo of its own write) and a Job event that the status already records change nothing
+and cost no reconcile.
 
-Indexes lag behind the controller's own writes, so, like Kubernetes' own controllers, it remembers what it
-created or deleted until the index shows it ("expectations"), and what was deleted while finished
+The cache lags behind the controller's own writes, so, like Kubernetes' own controllers, it remembers what it
+created or deleted until the cache shows it ("expectations"), and what was deleted while finished
 (`ttlSecondsAfterFinished: 0`) until the status has recorded it.
 """
 
@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from tollgate.jobs import metrics as jobs_metrics
 from tollgate.jobs.k8s import GoopApi
-from tollgate.jobs.nodes import NodeInfo
+from tollgate.jobs.nodes import NodeInfo, watches_nodes
 from tollgate.jobs.planning import GoopEvent, created_event, plan
 from tollgate.jobs.workers import FAILED, FINISHED, ObservedJob, Worker, job_event_urgent, job_manifest, records_job
 from tollgate.models.base import merge_patch, now_rfc3339
@@ -74,7 +74,7 @@ def newer(version: str | None, than: str | None) -> bool:
 
 
 class ClusterView(Protocol):
-    """What the controller reads from memory instead of the API server (kopf indexes)."""
+    """What the controller reads from memory instead of the API server (tollgate.jobs.cache)."""
 
     def jobs(self, goop_uid: str) -> list[ObservedJob]: ...
 
@@ -95,6 +95,7 @@ class Reconciler:
     def __init__(
         self,
         api: GoopApi,
+        view: ClusterView,
         telemetry: Telemetry,
         tuning: Tuning | None = None,
         clock: Callable[[], str] = now_rfc3339,
@@ -102,7 +103,7 @@ class Reconciler:
         self.api = api
         self.tuning = tuning or Tuning()
         self.clock = clock
-        self.view: ClusterView | None = None
+        self.view = view
         self._tracer = telemetry.tracer("tollgate.jobs")
         meter = telemetry.meter("tollgate.jobs")
         self._reconciles = jobs_metrics.RECONCILES.create(meter)
@@ -122,51 +123,61 @@ class Reconciler:
 
     # --- triggers ---------------------------------------------------------------------------------------------
 
-    def request(self, key: Key, view: ClusterView | None = None, delay: float = 0.0) -> None:
-        """Reconcile the Goop `key` in `delay` seconds (or sooner, when asked to); requests made while one is queued
-        are merged into it."""
-        if view is not None:
-            self.view = view
+    def start(self) -> None:
+        """Start the workers, from a kopf handler: they post Events with kopf.event(), which needs the context kopf
+        sets up for its handlers (a request from elsewhere, such as the resync, only queues)."""
         if not self._workers:
-            # Started from the first handler rather than at startup: the workers post Events with kopf.event(),
-            # which needs the context kopf sets up for its handlers.
             self._workers = [
                 asyncio.create_task(self._work(), name=f"goop-worker-{i}") for i in range(self.tuning.workers)
             ]
+
+    def request(self, key: Key, delay: float = 0.0) -> None:
+        """Reconcile the Goop `key` in `delay` seconds (or sooner, when asked to); requests made while one is queued
+        are merged into it."""
         self.queue.add_after(key, delay)
 
-    def goop_changed(self, body: Mapping[str, Any], view: ClusterView) -> None:
+    def goop_changed(self, body: Mapping[str, Any]) -> None:
         """The watch delivered a Goop: remember it and reconcile, unless this version is known already (the echo
         of the controller's own status write, or an older one)."""
         metadata = body.get("metadata") or {}
         if self._remember(kept(body)):
-            self.request((str(metadata.get("namespace")), str(metadata.get("name"))), view)
+            self.request((str(metadata.get("namespace")), str(metadata.get("name"))))
 
-    def job_changed(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+    def job_changed(self, key: Key, goop_uid: str, job: ObservedJob) -> None:
         """One of the Goop's Jobs changed: nothing to do if the Goop's status records it as it is."""
         goop = self._goops.get(key)
         if goop is not None and goop["metadata"].get("uid") == goop_uid and records_job(goop, job):
             return
-        self._job_request(key, goop_uid, job, view)
+        self._job_request(key, goop_uid, job)
 
-    def job_gone(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+    def job_gone(self, key: Key, goop_uid: str, job: ObservedJob) -> None:
         """A worker Job was deleted: if it had finished, keep its outcome until the status records it; reconcile
         (an unfinished one is created again)."""
         if job.phase in FINISHED:
             self._tombstones.setdefault(goop_uid, {})[job.name] = replace(job, deleting=False)
-        self._job_request(key, goop_uid, job, view)
+        self._job_request(key, goop_uid, job)
 
-    def _job_request(self, key: Key, goop_uid: str, job: ObservedJob, view: ClusterView) -> None:
+    def _job_request(self, key: Key, goop_uid: str, job: ObservedJob) -> None:
         """Reconcile at once if the Goop may fail or complete, else batch it with the Goop's next Job events."""
-        urgent = job_event_urgent(job, view.jobs(goop_uid))
-        self.request(key, view, 0.0 if urgent else self.tuning.job_batch)
+        urgent = job_event_urgent(job, self.view.jobs(goop_uid))
+        self.request(key, 0.0 if urgent else self.tuning.job_batch)
 
-    def forget(self, key: Key, goop_uid: str) -> None:
-        for memory in (self._created, self._deleted, self._tombstones, self._warned_taken):
-            memory.pop(goop_uid, None)
+    def nodes_changed(self) -> list[Key]:
+        """A node came, went or changed: reconcile the Goops that care (returned)."""
+        keys = [key for key, goop in self._goops.items() if watches_nodes(goop)]
+        for key in keys:
+            self.request(key)
+        return keys
+
+    def forget(self, key: Key, goop_uid: str | None) -> None:
+        """The Goop was deleted (`goop_uid` None: the one of that name the controller knows)."""
         goop = self._goops.get(key)
-        if goop is not None and goop["metadata"].get("uid") == goop_uid:
+        if goop is not None and goop_uid in (None, goop["metadata"].get("uid")):
+            goop_uid = str(goop["metadata"].get("uid"))
             del self._goops[key]
+        if goop_uid is not None:
+            for memory in (self._created, self._deleted, self._tombstones, self._warned_taken):
+                memory.pop(goop_uid, None)
 
     def _remember(self, body: Body) -> bool:
         """Keep the newest Goop body known, from the watch or from a status write; False if `body` is not newer."""
@@ -242,8 +253,6 @@ class Reconciler:
                 goop = Goop.model_validate(body)
             except ValidationError as error:
                 return await self._invalid(key, body, error)
-            if self.view is None:
-                raise RuntimeError("no cluster view yet")
             jobs = self._observed(uid)
             nodes = self.view.nodes() if goop.spec.placement == "PerNode" else []
             now = self.clock()
@@ -323,8 +332,7 @@ class Reconciler:
             kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=event.type, reason=event.reason, message=event.message)
 
     def _observed(self, uid: str) -> list[ObservedJob]:
-        """The Goop's Jobs from the index, corrected by what the index has not caught up with yet."""
-        assert self.view is not None
+        """The Goop's Jobs from the cache, corrected by what the cache has not caught up with yet."""
         now = time.monotonic()
         jobs = {job.name: job for job in self.view.jobs(uid)}
         created = self._created.get(uid, {})

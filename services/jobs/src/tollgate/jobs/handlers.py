@@ -1,58 +1,139 @@
-"""kopf handlers: keep the in-memory indexes, and turn every event into a reconcile request for its Goop.
+"""kopf handlers: every watched Goop, Job and node goes into the controller's memory (the Goop bodies, the cache of
+Jobs and nodes, the resync's mirror) and becomes a reconcile request for the Goops it concerns; and the resync that
+corrects that memory where a watch missed an event.
 
-kopf starts calling handlers only once every index is filled from the initial listing, so a reconcile
+The cache is filled by a listing of the Jobs and nodes at startup, before kopf's watches start, so a reconcile
 never mistakes a Job or a node it has not read yet for a missing one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
+from tollgate.jobs.cache import ClusterCache, OwnedJob
 from tollgate.jobs.controller import Reconciler
-from tollgate.jobs.nodes import NodeInfo, node_info
-from tollgate.jobs.workers import GOOP_UID_LABEL, ObservedJob, goop_owner, observe_job, owner_uid
+from tollgate.jobs.k8s import JOB_PLURAL, NODE_PLURAL, PLURAL, GoopApi
+from tollgate.jobs.nodes import node_info
+from tollgate.jobs.workers import GOOP_UID_LABEL, goop_owner, observe_job
 from tollgate.models.goop import GROUP, VERSION
+from tollgate.runtime import resync
 from tollgate.runtime.operator import configure
+from tollgate.runtime.resync import Key, Mirror, key_of
 
-PER_NODE = "PerNode"
+log = logging.getLogger("tollgate.jobs.handlers")
+
 EVENT_POSTERS = 16
 EVENT_POSTER_IDLE_SECONDS = 0.1
+# A startup listing that failed (the API server unreachable) is tried again after this long.
+LOAD_RETRY_SECONDS = 5.0
 
 
-class IndexView:
-    """The controller's ClusterView over kopf's indexes."""
+class Watched:
+    """What the watches tell, and what the resync corrects, into the controller's memory and its work queue."""
 
-    def __init__(self, goop_jobs: kopf.Index[str, ObservedJob], cluster_nodes: kopf.Index[str, NodeInfo]) -> None:
-        self._jobs = goop_jobs
-        self._nodes = cluster_nodes
+    def __init__(self, reconciler: Reconciler, cache: ClusterCache, mirror: Mirror) -> None:
+        self.reconciler = reconciler
+        self.cache = cache
+        self.mirror = mirror
 
-    def jobs(self, goop_uid: str) -> list[ObservedJob]:
-        return list(self._jobs.get(goop_uid, []))
+    def load(self, listing: Mapping[str, Iterable[Mapping[str, Any]]]) -> None:
+        """Fill the cache with a listing of Jobs and nodes (queueing nothing: the watches' own listing does)."""
+        for plural, items in listing.items():
+            for obj in items:
+                self.mirror.record(plural, obj)
+                if plural == JOB_PLURAL:
+                    self._set_job(obj)
+                else:
+                    self.cache.set_node(node_info(obj))
 
-    def nodes(self) -> list[NodeInfo]:
-        return [node for store in self._nodes.values() for node in store]
+    def event(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> None:
+        """A watch event, from a kopf handler."""
+        self.mirror.record(plural, obj, deleted)
+        self.reconciler.start()
+        self.apply(plural, obj, deleted)
+
+    def correct(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> None:
+        """A resync's correction (of a deleted object, only its namespace and name are known): like a watch event."""
+        goops = self.apply(plural, obj, deleted)
+        if goops:
+            named = [f"{namespace}/{name}" for namespace, name in goops]
+            log.info("resync: corrected what the controller knows of these Goops", extra={"goops": named})
+
+    def apply(self, plural: str, obj: Mapping[str, Any], deleted: bool) -> list[Key]:
+        """Update the memory and request reconciles; the Goops concerned."""
+        if plural == PLURAL:
+            return self._goop(obj, deleted)
+        if plural == JOB_PLURAL:
+            return self._job(obj, deleted)
+        if deleted:
+            self.cache.remove_node(key_of(obj)[1])
+        else:
+            self.cache.set_node(node_info(obj))
+        return self.reconciler.nodes_changed()
+
+    def _goop(self, obj: Mapping[str, Any], deleted: bool) -> list[Key]:
+        key = key_of(obj)
+        if not key[0]:
+            return []
+        if deleted:
+            uid = (obj.get("metadata") or {}).get("uid")
+            self.reconciler.forget(key, str(uid) if uid else None)
+        else:
+            self.reconciler.goop_changed(obj)
+        return [key]
+
+    def _job(self, obj: Mapping[str, Any], deleted: bool) -> list[Key]:
+        if not deleted:
+            owned = self._set_job(obj)
+            if owned is None:
+                return []
+            self.reconciler.job_changed(owned.goop, owned.goop_uid, owned.job)
+            return [owned.goop]
+        known = self.cache.remove_job(key_of(obj))
+        # A watch's DELETED event carries the Job's last state; a resync's correction only its name.
+        gone = _owned(obj) or known
+        if gone is None:
+            return []
+        self.reconciler.job_gone(gone.goop, gone.goop_uid, gone.job)
+        return [gone.goop]
+
+    def _set_job(self, obj: Mapping[str, Any]) -> OwnedJob | None:
+        owned = _owned(obj)
+        if owned is None:  # no longer controlled by a Goop
+            self.cache.remove_job(key_of(obj))
+        else:
+            self.cache.set_job(owned)
+        return owned
+
+
+def _owned(obj: Mapping[str, Any]) -> OwnedJob | None:
+    owner = goop_owner(obj)
+    namespace = key_of(obj)[0]
+    if owner is None or not namespace:
+        return None
+    return OwnedJob((namespace, str(owner.get("name"))), str(owner.get("uid")), observe_job(obj))
 
 
 class NoEssence(kopf.AnnotationsDiffBaseStorage):
     """kopf builds every object's "essence" (a deep copy) on every event to diff it for change handlers. This
-    controller has only event handlers and indexes, so the diff is never used, and building it for every Job
-    event was the controller's largest CPU cost."""
+    controller has only event handlers, so the diff is never used, and building it for every Job event was the
+    controller's largest CPU cost."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
 
 
-def _view(kwargs: dict[str, Any]) -> IndexView:
-    """The indexes kopf passes to every handler as keyword arguments named by the indexes' ids."""
-    return IndexView(kwargs["goop_jobs"], kwargs["cluster_nodes"])
-
-
-def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+def build_registry(
+    watched: Watched, api: GoopApi, namespace: str | None, resync_period: float
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+    stop_resync = asyncio.Event()
+    resyncing: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -71,56 +152,38 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
+    @kopf.on.startup(registry=registry, backoff=LOAD_RETRY_SECONDS)
+    async def load(**_: Any) -> None:
+        """Fill the cache before kopf's watches start (startup handlers run first, and only once this replica
+        leads), then start the resync."""
+        watched.load(await api.list_watched((JOB_PLURAL, NODE_PLURAL), namespace))
+
+        async def list_all() -> dict[str, list[dict[str, Any]]]:
+            return await api.list_watched((PLURAL, JOB_PLURAL, NODE_PLURAL), namespace)
+
+        resyncing.append(
+            asyncio.create_task(
+                resync.resync_every(resync_period, watched.mirror, list_all, watched.correct, stop_resync),
+                name="resync",
+            )
+        )
+
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        await reconciler.close()
+        stop_resync.set()
+        await asyncio.gather(*resyncing)
+        await watched.reconciler.close()
 
-    @kopf.index("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, id="goop_jobs", registry=registry)
-    async def goop_jobs(body: kopf.Body, **_: Any) -> dict[str, ObservedJob]:
-        uid = owner_uid(body)
-        return {uid: observe_job(body)} if uid else {}
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def goop_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        watched.event(PLURAL, body, type == "DELETED")
 
-    @kopf.index("v1", "nodes", id="cluster_nodes", registry=registry)
-    async def cluster_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, NodeInfo]:
-        return {name: node_info(body)}
+    @kopf.on.event("batch", "v1", JOB_PLURAL, labels={GOOP_UID_LABEL: kopf.PRESENT}, registry=registry)
+    async def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        watched.event(JOB_PLURAL, body, type == "DELETED")
 
-    @kopf.index(GROUP, VERSION, "goops", id="node_watchers", registry=registry)
-    async def node_watchers(
-        namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
-    ) -> dict[str, tuple[str | None, str]]:
-        """PerNode Goops that still care about nodes coming, going or changing."""
-        if spec.get("placement") == PER_NODE and status.get("phase") != "Completed":
-            return {PER_NODE: (namespace, name)}
-        return {}
-
-    @kopf.on.event(GROUP, VERSION, "goops", registry=registry)
-    async def goop_changed(
-        type: str, body: kopf.Body, namespace: str | None, name: str, uid: str, **kwargs: Any
-    ) -> None:
-        if namespace is None:
-            return
-        if type == "DELETED":
-            reconciler.forget((namespace, name), uid)
-        else:
-            reconciler.goop_changed(body, _view(kwargs))
-
-    @kopf.on.event("batch", "v1", "jobs", labels={GOOP_UID_LABEL: kopf.PRESENT}, registry=registry)
-    async def job_changed(type: str, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
-        owner = goop_owner(body)
-        if owner is None or namespace is None:
-            return
-        goop, uid = str(owner.get("name")), str(owner.get("uid"))
-        job = observe_job(body)
-        if type == "DELETED":
-            reconciler.job_gone((namespace, goop), uid, job, _view(kwargs))
-        else:
-            reconciler.job_changed((namespace, goop), uid, job, _view(kwargs))
-
-    @kopf.on.event("v1", "nodes", registry=registry)
-    async def node_changed(**kwargs: Any) -> None:
-        view = _view(kwargs)
-        watchers: kopf.Index[str, tuple[str, str]] = kwargs["node_watchers"]
-        for key in watchers.get(PER_NODE, []):
-            reconciler.request(key, view)
+    @kopf.on.event("v1", NODE_PLURAL, registry=registry)
+    async def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        watched.event(NODE_PLURAL, body, type == "DELETED")
 
     return registry

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from kubernetes import client
 
+from tollgate.jobs.workers import GOOP_UID_LABEL
 from tollgate.models.goop import GROUP, VERSION
-from tollgate.runtime.kube import is_conflict, is_not_found
+from tollgate.runtime.kube import is_conflict, is_not_found, raw_json
 
 PLURAL = "goops"
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch", "v1", "jobs"
+NODE_PLURAL = "nodes"
+LIST_PAGE = 500  # objects per page of a listing, as kubectl pages them
+# What the controller reads of each listed kind besides metadata (kept, observe_job, node_info): the rest, most of a
+# Job (its pod template) and of a node (its status), is dropped page by page, so no listing is ever held whole.
+LISTED_FIELDS = {PLURAL: ("apiVersion", "kind", "spec", "status"), JOB_PLURAL: ("status",), NODE_PLURAL: ("spec",)}
 
 Outcome = Literal["created", "exists", "taken", "rejected"]
 
@@ -39,6 +46,12 @@ class CreateResult:
     message: str = ""
 
 
+def trimmed(plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A listed object as far as the controller reads it: its metadata (without managedFields) and LISTED_FIELDS."""
+    metadata = {key: value for key, value in (obj.get("metadata") or {}).items() if key != "managedFields"}
+    return {"metadata": metadata, **{field: obj[field] for field in LISTED_FIELDS[plural] if field in obj}}
+
+
 def _api_message(error: client.ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message") or error.reason)
@@ -50,6 +63,34 @@ class GoopApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    async def list_watched(self, plurals: Iterable[str], namespace: str | None) -> dict[str, list[dict[str, Any]]]:
+        """goops, jobs (only the Goops' Jobs, as kopf watches them) and nodes list: every object of `plurals` in
+        `namespace` (nodes: all), trimmed."""
+        return {plural: await asyncio.to_thread(self._list, plural, namespace) for plural in plurals}
+
+    def _list(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            page = self._page(plural, namespace, token)
+            items.extend(trimmed(plural, obj) for obj in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def _page(self, plural: str, namespace: str | None, token: str | None) -> dict[str, Any]:
+        if plural == NODE_PLURAL:
+            return raw_json(self.core.list_node(limit=LIST_PAGE, _continue=token, _preload_content=False))
+        group, version = (GROUP, VERSION) if plural == PLURAL else (JOB_GROUP, JOB_VERSION)
+        selector = GOOP_UID_LABEL if plural == JOB_PLURAL else None
+        options: dict[str, Any] = {"label_selector": selector, "limit": LIST_PAGE, "_continue": token}
+        if namespace:
+            page = self.custom.list_namespaced_custom_object(group, version, namespace, plural, **options)
+        else:
+            page = self.custom.list_cluster_custom_object(group, version, plural, **options)
+        return cast(dict[str, Any], page)
 
     async def get_goop(self, namespace: str, name: str) -> dict[str, Any] | None:
         """goops get."""

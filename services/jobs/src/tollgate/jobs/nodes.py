@@ -11,6 +11,8 @@ from tollgate.models.base import parse_rfc3339
 from tollgate.models.goop import GoopSpec
 from tollgate.models.nodes import UNSCHEDULABLE_TAINT, Taint, node_taints
 
+PER_NODE = "PerNode"
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -64,3 +66,9 @@ def joined_after(node: NodeInfo, moment: str | None) -> bool:
     """Whether the node was created after `moment` (no: when either is unknown)."""
     created, cutoff = parse_rfc3339(node.created), parse_rfc3339(moment)
     return created is not None and cutoff is not None and created > cutoff
+
+
+def watches_nodes(goop: Mapping[str, Any]) -> bool:
+    """Whether a Goop (its body) still cares about nodes coming, going or changing: a PerNode one not completed."""
+    placement, phase = (goop.get("spec") or {}).get("placement"), (goop.get("status") or {}).get("phase")
+    return placement == PER_NODE and phase != "Completed"
