@@ -40,6 +40,12 @@ class Settings(ControllerSettings, RoutedIPTrustSettings):
         description="List every watched kind again this often (give or take a tenth) and apply what the watches "
         "missed (a deletion, say).",
     )
+    drift_period_s: float = Field(
+        default=60,
+        ge=0,
+        description="Read back what each class's provider holds this often (give or take a tenth) and put back an "
+        "IP or a firewall rule changed behind the controller's back; 0: never.",
+    )
     failpoints: str = Field(
         default="",
         description=f"Comma-separated crash points for resilience tests ({', '.join(FAILPOINTS)}): the process exits "
@@ -65,6 +71,7 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         else frozenset(name.strip() for name in settings.token_secrets.split(",") if name.strip()),
         namespace=settings.namespace,
         resync_period=settings.resync_period_s,
+        drift_period=settings.drift_period_s,
     )
     controller = Controller(kube, config, context.telemetry)
     try:

@@ -22,3 +22,5 @@ class ControllerConfig:
     namespace: str | None = None
     # Seconds between two listings of every watched kind that correct what the watches missed.
     resync_period: float = 180.0
+    # Seconds between two drift checks (what the providers hold, read back and put right); 0: none.
+    drift_period: float = 60.0

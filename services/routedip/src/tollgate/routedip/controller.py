@@ -13,8 +13,10 @@ from typing import Any
 
 from tollgate.routedip import metrics as routedip_metrics
 from tollgate.routedip import triggers
+from tollgate.routedip.audit import Auditor
 from tollgate.routedip.cache import Cache, Key, Requeue
 from tollgate.routedip.config import ControllerConfig
+from tollgate.routedip.drift import Drifts
 from tollgate.routedip.k8s import Kube
 from tollgate.routedip.mover import Mover
 from tollgate.routedip.providers import ProviderError
@@ -47,10 +49,13 @@ class Controller:
         )
         self.records = Records(self.kube, self.cache)
         meter = self.telemetry.meter("tollgate.routedip")
-        self.mover = Mover(self.kube, self.cache, self.records, self.queue, self.config.failpoints, meter, self.now)
+        self.mover = Mover(
+            self.kube, self.cache, self.records, self.queue, self.config.failpoints, meter, self.now, Drifts()
+        )
         self.reconciler = Reconciler(
             self.kube, self.cache, self.records, self.mover, self.providers, self.queue, self.config
         )
+        self.auditor = Auditor(self.cache, self.providers, self.reconciler, self.mover, self.queue)
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.tracer = self.telemetry.tracer("tollgate.routedip")
@@ -76,6 +81,9 @@ class Controller:
                 resync.resync_every(self.config.resync_period, self.mirror, self._list, self.observe, self._stopping),
                 name="routedip-resync",
             )
+        )
+        self._tasks.append(
+            asyncio.create_task(self.auditor.run(self.config.drift_period, self._stopping), name="routedip-drift")
         )
 
     async def stop(self) -> None:
