@@ -106,8 +106,10 @@ class Cache:
     def observe(self, plural: str, body: Mapping[str, Any], deleted: bool) -> tuple[Any, Any]:
         """A watch event, or the resync's correction, about an object of the watched kind `plural`: the object's
         slim state before and now (None: absent)."""
-        self.changed()
-        return self._stores[plural].put(body, deleted)
+        previous, current = self._stores[plural].put(body, deleted)
+        if previous != current:
+            self.changed()
+        return previous, current
 
     def nodes(self) -> dict[str, NodeState]:
         """Every node by name (one dict until the next change: a caller may hold on to it as a snapshot)."""

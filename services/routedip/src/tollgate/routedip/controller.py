@@ -64,9 +64,8 @@ class Controller:
     # ----- lifecycle -----
     async def start(self) -> None:
         """Fill the cache with a first listing of every watched kind, then start the workers, the resync and the
-        provider audit. Called from kopf's startup handler: kopf starts its watches only after it, so no watch
-        event can be older than this listing."""
-        self._stopping.clear()
+        drift check. Called from kopf's startup handler: kopf starts its watches only after it, so no watch event
+        can be older than this listing."""
         listing = await until_done(self._list, "listing the watched kinds", self._stopping)
         for plural, items in listing.items():
             for obj in items:
