@@ -35,7 +35,7 @@ from tollgate.testing.objects import config_map_data
 from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.wait import wait_for
-from tollgate.testing.wirefilter import WireFilter
+from tollgate.testing.watchproxy import WatchProxy
 
 SYSTEM_NAMESPACE = "tollgate-system"
 WORKERS = ("tollgate-worker-0", "tollgate-worker-1", "tollgate-worker-2")
@@ -288,7 +288,7 @@ def test_a_node_deleted_without_a_watch_event_gives_up_its_ip_at_the_resync(
     ip = "203.0.113.21"
     class_name = make_class()
     make_service(core, namespace)
-    with WireFilter(service_account_kubeconfig(cluster, "routedip", tmp_path), tmp_path) as wire:
+    with WatchProxy(service_account_kubeconfig(cluster, "routedip", tmp_path), tmp_path) as wire:
         kubeconfig = str(wire.kubeconfig)
         process = controller.start(
             KUBECONFIG=kubeconfig, TOLLGATE_ROUTEDIP_KUBECONFIG=kubeconfig, TOLLGATE_ROUTEDIP_RESYNC_PERIOD_S="5"
