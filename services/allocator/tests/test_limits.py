@@ -41,10 +41,10 @@ def test_counted_within_the_limit_every_object_fits_and_the_candidate_is_recorde
 
 def test_of_six_created_at_once_with_room_for_one_the_oldest_is_served_whichever_is_judged() -> None:
     six = [holder(f"lb-{i}", second=10 - i) for i in range(6)]  # lb-5 is the oldest
-    for candidate in six:
-        decision = decide(LB, account(1), candidate, six)
-        assert decision.record == {"lb-5": "uid-lb-5"}, "every judgement records the same place"
-        assert decision.served == (candidate.name == "lb-5")
+    decisions = {candidate.name: decide(LB, account(1), candidate, six) for candidate in six}
+    assert [name for name, decision in decisions.items() if decision.served] == ["lb-5"]
+    assert decisions["lb-5"].record == {"lb-5": "uid-lb-5"}
+    assert all(decision.record == {} for name, decision in decisions.items() if name != "lb-5"), "only the candidate"
 
 
 def test_the_oldest_go_first_then_the_name_then_the_uid() -> None:
@@ -53,18 +53,19 @@ def test_the_oldest_go_first_then_the_name_then_the_uid() -> None:
     assert [(h.name, h.uid) for h in ordered] == [("a", "2"), ("a", "9"), ("b", "1")]
     older = holder("z", second=0)
     younger = holder("a", second=1)
-    assert decide(LB, account(1), younger, [younger, older]).record == {"z": "uid-z"}
+    assert not decide(LB, account(1), younger, [younger, older]).served
+    assert decide(LB, account(1), older, [younger, older]).served
 
 
 def test_the_message_names_the_account_the_limit_field_and_value_and_how_many_exist() -> None:
     six = [holder(f"lb-{i}", second=i) for i in range(6)]
-    decision = decide(LB, account(1), six[3], six)
+    decision = decide(LB, account(1, six[0]), six[3], six)
     assert not decision.served
     assert decision.message == (
         "Account acme's spec.loadBalancerLimit is 1, and namespace epic-acme holds 6 LoadBalancers, 1 of them served"
     )
     proxies = [holder("gwp-a"), holder("gwp-b", second=1)]
-    refused = decide(RULES["GWProxy"], account(1), proxies[1], proxies)
+    refused = decide(RULES["GWProxy"], account(1, proxies[0]), proxies[1], proxies)
     assert refused.message == (
         "Account acme's spec.proxyLimit is 1, and namespace epic-acme holds 2 GWProxies, 1 of them served"
     )
@@ -78,26 +79,30 @@ def test_a_served_object_keeps_its_place_against_older_ones_and_a_lowered_limit(
     assert not decide(LB, account(0, young), old, [young, old]).served
 
 
-def test_a_deleted_objects_place_goes_to_the_oldest_waiting_and_its_stale_entry_goes() -> None:
+def test_the_entry_of_an_object_that_is_gone_holds_no_place_and_the_oldest_waiting_gets_it() -> None:
     gone, first, second = holder("gone"), holder("first", second=1), holder("second", second=2)
-    decision = decide(LB, account(1, gone), second, [first, second])
-    assert decision.record == {"first": "uid-first"}
-    assert not decision.served
+    assert decide(LB, account(1, gone), second, [first, second]) == Decision(
+        False,
+        {"gone": "uid-gone"},
+        "Account acme's spec.loadBalancerLimit is 1, and namespace epic-acme holds 2 LoadBalancers, 0 of them served; "
+        "the free places (1) go to older LoadBalancers first",
+    )
+    served = decide(LB, account(1, gone), first, [first, second])
+    assert (served.served, served.record) == (True, {"gone": "uid-gone", "first": "uid-first"})
 
 
 def test_an_object_recreated_under_a_served_name_is_not_served_by_the_old_entry() -> None:
     old = holder("web", uid="old")
     new = holder("web", uid="new", second=5)
     other = holder("other", second=1)
-    decision = decide(LB, account(1, old), new, [new, other])
-    assert decision.record == {"other": "uid-other"}
-    assert not decision.served
+    assert not decide(LB, account(1, old), new, [new, other]).served, "the older one waiting goes first"
+    assert decide(LB, account(1, old), other, [new, other]).served
 
 
 def test_an_object_being_deleted_keeps_its_place_but_never_gets_one() -> None:
     leaving = holder("leaving", deleting=True)
     waiting = holder("waiting", second=3)
-    assert decide(LB, account(1, leaving), waiting, [leaving, waiting]).record == {"leaving": "uid-leaving"}
+    assert not decide(LB, account(1, leaving), waiting, [leaving, waiting]).served
     unserved = holder("unserved", deleting=True)
     assert decide(LB, account(1), waiting, [unserved, waiting]).record == {"waiting": "uid-waiting"}
 

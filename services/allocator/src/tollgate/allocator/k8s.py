@@ -149,11 +149,11 @@ class Kube:
         say."""
         options = {"limit": 1, "_headers": {"Accept": METADATA_ONLY}, "_preload_content": False}
         listed = raw_json(await self._list(kind, namespace, **options))
-        meta = listed.get("metadata") or {}
+        meta, items = listed.get("metadata") or {}, listed.get("items") or []  # an empty list's items are null
         if not meta.get("continue"):
-            return len(listed["items"])
+            return len(items)
         remaining = meta.get("remainingItemCount")
-        return None if remaining is None else len(listed["items"]) + int(remaining)
+        return None if remaining is None else len(items) + int(remaining)
 
     async def uids(self, kind: Kind) -> set[str]:
         """The uids of every object of a kind, read from their metadata alone."""

@@ -7,8 +7,8 @@ get past it. The allocator's record is the guarantee: the Account's status names
 decisions (two replicas, or a registration and a reconcile) never both take the last place, and a restarted
 allocator finds who is served where it left it. A served object keeps its place until it is deleted: a lowered
 limit serves no new one and stops none. The places that are free go to the waiting objects oldest first (by
-creationTimestamp, then name, then uid), every one that fits recorded at once, so that the order does not depend on
-which of them happens to be reconciled first.
+creationTimestamp, then name, then uid), whichever of them happens to be judged first: an object gets a place only
+when no older one waiting is left without one.
 """
 
 from __future__ import annotations
@@ -93,22 +93,23 @@ class AccountLimit:
 
 
 def decide(rule: Rule, account: AccountLimit, candidate: Holder, present: Sequence[Holder] | None) -> Decision:
-    """Whether `candidate` is served. `present` is every object of the kind in the namespace (the candidate among
-    them), or None when they were counted and are no more than the limit: then all of them fit, whatever their order.
+    """Whether `candidate` is served, with the record to write (the candidate added when it gets a place now).
+    `present` is every object of the kind in the namespace (the candidate among them), or None when they were counted
+    and are no more than the limit: then all of them fit, whatever their order.
 
     A place in the record is kept by the object it names (the same uid) while it exists; an entry whose object is not
-    present is stale and dropped. The free places go to the waiting objects oldest first, all recorded at once."""
+    present holds no place (the deletion's handler, or the Account's sweep, removes it). The free places go to the
+    waiting objects oldest first. Only the candidate is recorded: each of the others gets its place when it is judged
+    itself, so that whoever holds a place in the record is an object that was told so."""
     where = f"Account {account.name}'s spec.{rule.field} is {account.limit}"
-    if account.served.get(candidate.name) == candidate.uid:
-        return Decision(True, dict(account.served), f"within the limit: {where}")
-    if present is None:
-        record = {**account.served, candidate.name: candidate.uid}
-        return Decision(True, record, f"within the limit: {where}")
-    kept = {h.name: h.uid for h in present if account.served.get(h.name) == h.uid}
-    waiting = sorted(h for h in present if h.name not in kept and not h.deleting)
+    within = Decision(True, {**account.served, candidate.name: candidate.uid}, f"within the limit: {where}")
+    if account.served.get(candidate.name) == candidate.uid or present is None:
+        return within
+    kept = [h for h in present if account.served.get(h.name) == h.uid]
+    waiting = sorted(h for h in present if account.served.get(h.name) != h.uid and not h.deleting)
     room = max(0, account.limit - len(kept))
-    record = kept | {h.name: h.uid for h in waiting[:room]}
-    if record.get(candidate.name) == candidate.uid:
-        return Decision(True, record, f"within the limit: {where}")
-    held = f"namespace {account.namespace} holds {len(present)} {rule.plural}, {len(record)} of them served"
-    return Decision(False, record, f"{where}, and {held}")
+    if candidate in waiting[:room]:
+        return within
+    held = f"namespace {account.namespace} holds {len(present)} {rule.plural}, {len(kept)} of them served"
+    first = f"; the free places ({room}) go to older {rule.plural} first" if room else ""
+    return Decision(False, dict(account.served), f"{where}, and {held}{first}")

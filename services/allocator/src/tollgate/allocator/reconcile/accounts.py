@@ -83,19 +83,33 @@ class Accounts(Part):
                         waiting.append((kind, meta["name"]))
         if account is not None:
             await self.registry.limits.sweep(account, present)
+        # Each gets its turn even when another's fails (a deleted object's event is not retried); the first failure
+        # is raised at the end.
+        failures: list[Exception] = []
         for kind, name in waiting:
-            if (found := await self.kube.get(kind, namespace, name)) is None:
-                continue
-            if kind is LoadBalancer:
-                await self.load_balancers.reconcile(found)
-            else:
-                await self.gwproxies.reconcile(found)
+            try:
+                if (found := await self.kube.get(kind, namespace, name)) is None:
+                    continue
+                if kind is LoadBalancer:
+                    await self.load_balancers.reconcile(found)
+                else:
+                    await self.gwproxies.reconcile(found)
+            except Exception as error:
+                log.warning("reconciling %s %s/%s failed: %s", kind.resource.kind, namespace, name, error)
+                failures.append(error)
+        if failures:
+            raise failures[0]
 
     async def proxy_deleted(self, obj: JSON) -> None:
         """A LoadBalancer or GWProxy was deleted: its place within its Account's limit goes to the oldest of its kind
         waiting for one, if any is."""
         if await self.registry.limits.release(obj):
-            await self.serve_waiting(obj["metadata"]["namespace"], (PROXY_KINDS[obj["kind"]],))
+            meta = obj["metadata"]
+            log.info(
+                "%s %s/%s was deleted: judging again those of its kind waiting for a place within the limit",
+                obj["kind"], meta["namespace"], meta["name"],
+            )  # fmt: skip
+            await self.serve_waiting(meta["namespace"], (PROXY_KINDS[obj["kind"]],))
 
     async def _judge_endpoints(self, account: JSON) -> None:
         """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.

@@ -60,7 +60,10 @@ class AccountLimits:
                 if decision.record == judged.served:
                     return decision
                 if await self._write(rule, account, decision.record):
-                    self._log(rule, namespace, judged.served, decision)
+                    log.info(
+                        "%s %s is served: %s (%d served now)", rule.kind, candidate.name, decision.message,
+                        len(decision.record), extra=log_fields(Account, namespace, judged.name),
+                    )  # fmt: skip
                     return decision
         raise AbortedError(f"Account of {namespace}: its record of served {rule.plural} kept changing")
 
@@ -99,8 +102,9 @@ class AccountLimits:
             raise LimitExceededError(f"{what} is not served: {decision.message}")
 
     async def release(self, obj: JSON) -> bool:
-        """A LoadBalancer or GWProxy was deleted: its place goes. Whether another of its kind may be waiting for one
-        (the namespace holds more of them than the record names)."""
+        """A LoadBalancer or GWProxy was deleted: its place, if it held one, goes. Whether others of its kind may be
+        waiting for a place (the namespace holds more of them than the record names): a place opened, or an older
+        object they waited behind went before it got one."""
         kind = PROXY_KINDS[obj["kind"]]
         rule = limits.RULES[obj["kind"]]
         meta = obj["metadata"]
@@ -115,17 +119,15 @@ class AccountLimits:
         """Drop the record's entries whose object is gone (deleted while no allocator watched). `account` must have
         been read before `present` (by kind, the (name, uid) of every object) was listed: an entry written since is
         never judged."""
-        namespace = account["metadata"]["namespace"]
-        status = AccountStatus.model_validate(account.get("status") or {})
         for kind, rule in limits.RULES.items():
             here = set(present.get(kind, ()))
-            stale = {name: uid for name, uid in rule.served(status).items() if (name, uid) not in here}
+            stale = {name: uid for name, uid in limits.served(kind, account).items() if (name, uid) not in here}
             if stale:
-                await self._drop(rule, namespace, stale)
+                await self._drop(rule, account["metadata"]["namespace"], stale)
 
     async def _drop(self, rule: limits.Rule, namespace: str, entries: dict[str, str]) -> dict[str, str] | None:
-        """Remove these (name: uid) entries from the record, those still there; the record as written, None when
-        the Account is gone or named none of them."""
+        """Remove these (name: uid) entries from the record, those still there; the record as it is then, None when
+        the Account is gone."""
         async with self._turns.hold(namespace):
             for _ in range(ATTEMPTS):
                 try:
@@ -135,7 +137,7 @@ class AccountLimits:
                 served = limits.served(rule.kind, account)
                 gone = sorted(name for name, uid in entries.items() if served.get(name) == uid)
                 if not gone:
-                    return None
+                    return served
                 kept = {name: uid for name, uid in served.items() if name not in gone}
                 if await self._write(rule, account, kept):
                     log.info(
@@ -144,13 +146,3 @@ class AccountLimits:
                     )  # fmt: skip
                     return kept
         raise AbortedError(f"Account of {namespace}: its record of served {rule.plural} kept changing")
-
-    @staticmethod
-    def _log(rule: limits.Rule, namespace: str, before: Mapping[str, str], decision: limits.Decision) -> None:
-        added = sorted(name for name, uid in decision.record.items() if before.get(name) != uid)
-        dropped = sorted(name for name, uid in before.items() if decision.record.get(name) != uid)
-        log.info(
-            "%d %s served now: added %s, dropped %s (stale: their objects are gone)", len(decision.record),
-            rule.plural, ", ".join(added) or "none", ", ".join(dropped) or "none",
-            extra=log_fields(Account, namespace, account_of(namespace)),
-        )  # fmt: skip
