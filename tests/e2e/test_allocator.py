@@ -8,6 +8,7 @@ import copy
 import functools
 import io
 import json
+import re
 import subprocess
 import sys
 import urllib.request
@@ -40,7 +41,7 @@ from tollgate.models.epic import (
     GUEEndpoint,
 )
 from tollgate.runtime.kube import api_client
-from tollgate.testing import agents
+from tollgate.testing import agents, objects, xds
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.services import ServiceProcess
@@ -857,3 +858,150 @@ async def test_a_load_balancers_reads_return_its_own_objects_whatever_its_namesp
         assert [h["metadata"]["name"] for h in holders] == [name], f"the holders of service ID {service_id}"
         service_ids.add(service_id)
     assert len(service_ids) == len(names)
+
+
+def ready_or_refused(custom: client.CustomObjectsApi, namespace: str, names: list[str]) -> dict[str, Any] | None:
+    """The load balancers once each is Ready or refused LimitExceeded, for its latest generation; else None."""
+    found = {name: get(custom, "loadbalancers", namespace, name) for name in names}
+    for lb in found.values():
+        ready = condition(lb, "Ready") or {}
+        if ready.get("observedGeneration") != lb["metadata"]["generation"]:
+            return None
+        if ready.get("status") != "True" and ready.get("reason") != "LimitExceeded":
+            return None
+    return found
+
+
+def judged_then(account: str, namespace: str, held: str) -> str:
+    """A pattern of the LimitExceeded message of a load balancer judged while its namespace held `held` (a pattern)
+    of them and served none or one (the free place going to an older one)."""
+    return (
+        rf"Account {re.escape(account)}'s spec\.loadBalancerLimit is 1, and namespace {re.escape(namespace)} holds "
+        rf"{held} LoadBalancers, (1 of them served|0 of them served; the free places \(1\) go to older LoadBalancers "
+        r"first): no Envoy, public address or tunnel for this one until one of them is deleted or the limit is raised"
+    )
+
+
+def oldest(found: dict[str, Any], names: list[str]) -> str:
+    """Which of `names` the allocator serves first: the oldest, then by name, then by uid."""
+    return min(names, key=lambda n: (found[n]["metadata"]["creationTimestamp"], n, found[n]["metadata"]["uid"]))
+
+
+async def test_load_balancers_created_at_once_beyond_the_limit_get_nothing_until_a_place_opens(
+    cluster: EmbeddedCluster,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    apps: client.AppsV1Api,
+    allocator: tuple[ServiceProcess, int],
+    connect: Connect,
+    accounts: list[str],
+) -> None:
+    """Six LoadBalancers sent to the API server at the same instant with room for one (no webhook here: as if its
+    cache had let all six through, which it can): exactly one gets its Envoy and becomes Ready; five are Ready=False
+    LimitExceeded with a Warning Event, and have no Envoy, service ID, public address or tunnel. The same one stays
+    served across an allocator restart; deleting it serves the oldest of the five, and only it."""
+    prefix = f"limits-{uuid.uuid4().hex[:6]}"
+    pool = {"pool": "198.51.100.80-198.51.100.87", "subnet": "198.51.100.0/24"}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": f"{GROUP}/{VERSION}", "kind": "ServicePrefix",
+                    "metadata": {"name": prefix, "namespace": "epic"}, "spec": {"public-pool": pool}}))  # fmt: skip
+    account = user_account(cluster, {"envoy-replica-count": 1, "service-prefix": prefix})
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "accounts", account, {"spec": {"loadBalancerLimit": 1}}
+    )
+    names = [f"race-{index}" for index in range(6)]
+    bodies = [load_balancer(name, account) for name in names]
+    for body in bodies:
+        del body["spec"]["public-address"]  # each asks for one from the pool
+    await asyncio.to_thread(objects.create_at_once, cluster.kubeconfig, bodies)
+
+    found = await eventually(
+        lambda: asyncio.to_thread(ready_or_refused, custom, namespace, names), "each served or refused", timeout=90
+    )
+    served = [name for name in names if condition(found[name], "Ready")["status"] == "True"]
+    assert len(served) == 1, f"served beyond the limit of 1: {served}"
+    (first,) = served
+    waiting = [name for name in names if name != first]
+    refusal = (
+        f"Account {account}'s spec.loadBalancerLimit is 1, and namespace {namespace} holds 6 LoadBalancers, 1 of them "
+        "served: no Envoy, public address or tunnel for this one until one of them is deleted or the limit is raised"
+    )
+    # Each was judged as the six arrived: it names how many the namespace held and served then.
+    told = judged_then(account, namespace, "[2-6]")
+    for name in waiting:
+        lb = found[name]
+        allocated, ready = condition(lb, "Allocated"), condition(lb, "Ready")
+        assert (allocated["status"], allocated["reason"]) == ("False", "LimitExceeded")
+        assert (ready["status"], ready["reason"], ready["message"]) == ("False", "LimitExceeded", allocated["message"])
+        assert re.fullmatch(told, ready["message"]), ready["message"]
+        assert not {"service-id", "public-address", "endpoints"} & set(lb["spec"]), f"{name} was allocated to"
+        assert ready["message"] in xds.events(core, namespace, name, "LimitExceeded", "Warning")
+    assert found[first]["spec"]["public-address"].startswith("198.51.100.8")
+    assert [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items] == [f"{first}-envoy"]
+    record = get(custom, "accounts", namespace, account)["status"]["served-load-balancers"]
+    assert record == {first: found[first]["metadata"]["uid"]}
+
+    # No tunnel for a load balancer beyond the limit: refused over the API before anything is written, and a
+    # RemoteEndpoint object of one waits, refused.
+    heir = oldest(found, waiting)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await connect(account).register(account, heir, "127.77.90.1", 8080, node_address="192.168.90.1")
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert raised.value.details() == f"load balancer {heir!r} is not served: {refusal.split(': no Envoy')[0]}"
+    rep = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RemoteEndpoint",
+        "metadata": {"name": f"{heir}-e", "namespace": namespace},
+        "spec": {"load-balancer": heir, "address": "127.77.90.2", "port": {"port": 80}, "node-address": "192.168.90.2"},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(rep))
+
+    def endpoint(reason: str) -> dict[str, Any] | None:
+        ready = condition(get(custom, "remoteendpoints", namespace, f"{heir}-e"), "Ready")
+        return ready if ready and ready["reason"] == reason else None
+
+    await eventually(lambda: asyncio.to_thread(endpoint, "LimitExceeded"), "the endpoint refused")
+    listed = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints")["items"]
+    assert [r["metadata"]["name"] for r in listed] == [f"{heir}-e"], "the refused registration left none"
+
+    # A restarted allocator finds who is served where it left it: each load balancer judged again keeps its verdict.
+    process, _ = allocator
+    process.stop()
+    process.start().wait_ready()
+    for name in names:
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "loadbalancers", name, {"spec": {"display-name": f"{name} again"}}
+        )
+    again = await eventually(
+        lambda: asyncio.to_thread(ready_or_refused, custom, namespace, names), "each judged again", timeout=90
+    )
+    assert [name for name in names if condition(again[name], "Ready")["status"] == "True"] == [first]
+    assert {condition(again[name], "Ready")["message"] for name in waiting} == {refusal}
+
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "loadbalancers", first)
+    rest = [name for name in names if name != first]
+
+    def heir_served() -> dict[str, Any] | None:
+        """The five once the heir is Ready and the others judged again (each told what the namespace holds now)."""
+        current = ready_or_refused(custom, namespace, rest)
+        if current is None or condition(current[heir], "Ready")["status"] != "True":
+            return None
+        told = [condition(current[n], "Ready")["message"] for n in rest if n != heir]
+        return current if all("holds 5 LoadBalancers" in message for message in told) else None
+
+    after = await eventually(lambda: asyncio.to_thread(heir_served), f"{heir}, the oldest waiting, served", 90)
+    assert [name for name in rest if condition(after[name], "Ready")["status"] == "True"] == [heir]
+    for name in rest:
+        if name != heir:
+            assert re.fullmatch(judged_then(account, namespace, "5"), condition(after[name], "Ready")["message"])
+    assert xds.events(core, namespace, heir, "WithinLimit", "Normal")
+    # The deleted load balancer's Deployment goes with it when the garbage collector gets to it.
+    envoys = {d.metadata.name for d in apps.list_namespaced_deployment(namespace).items}
+    assert f"{heir}-envoy" in envoys
+    assert not envoys & {f"{name}-envoy" for name in rest if name != heir}
+    tunnelled = await eventually(lambda: asyncio.to_thread(endpoint, "TunnelAssigned"), "the endpoint's tunnel")
+    assert tunnelled["status"] == "True"
+    record = get(custom, "accounts", namespace, account)["status"]["served-load-balancers"]
+    assert record == {heir: after[heir]["metadata"]["uid"]}
+    cluster.kubectl("delete", "serviceprefix", prefix, "-n", "epic", "--wait=false")

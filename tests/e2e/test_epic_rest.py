@@ -52,6 +52,7 @@ class System:
     grpc_address: str
     ca_file: Path
     accounts: dict[str, str]  # account -> its agent's bearer token
+    prefix: str  # the ServicePrefix of the accounts' group gw
 
     def rest(self, authorization: str | None) -> EpicREST:
         return EpicREST(self.rest_address, self.ca_file, authorization)
@@ -150,6 +151,7 @@ def system(
             f"{HOST}:{allocator_tls.port}",
             allocator_tls.ca_file,
             {account: agents.mint(core, account) for account in accounts},
+            prefix,
         )
     finally:
         unregister(kube, registration.name)
@@ -310,6 +312,33 @@ def test_an_agent_announces_a_gateway_a_route_and_a_slice_in_epics_order(system:
         assert "deleted" in expect(api.delete(path), 200).body["message"]
         assert expect(api.delete(path), 200).body["message"], "a DELETE of what is gone succeeds too"
         expect(api.get(path), 404)
+
+
+def test_a_service_beyond_the_limit_that_got_past_the_webhook_is_refused_and_not_kept(system: System) -> None:
+    """The webhook refuses a service beyond its account's loadBalancerLimit from its cache, which services created at
+    the same instant all get past (here the account's namespace is not one the webhook is registered for). The
+    allocator's verdict is the answer then: 422 naming the limit, and nothing of the refused service stays."""
+    account = make_account(system.cluster, "not-for-the-webhook", system.prefix)
+    namespace = f"epic-{account}"
+    try:
+        limit = {"spec": {"loadBalancerLimit": 1}}
+        system.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "accounts", account, limit)
+        api = system.as_user(account)
+        service = {"service": {"metadata": {"name": "web"}, "spec": {"public-ports": [{"port": 80}]}}}
+        posted, fetched = api.post_and_follow(f"{base_path(account)}/groups/gw/services", service)
+        expect(posted, 302)
+        served = expect(fetched, 200).body["service"]["metadata"]["name"]
+
+        refused, _ = api.post_and_follow(f"{base_path(account)}/groups/gw/services", service)
+        expect(refused, 422)
+        assert refused.error.endswith(
+            f"is beyond its Account's limit and was not kept: Account {account}'s spec.loadBalancerLimit is 1, and "
+            f"namespace {namespace} holds 2 LoadBalancers, 1 of them served"
+        ), refused.error
+        assert refused.headers["x-epic-error-message"] == refused.error
+        wait_for(lambda: system.objects(account) == {("loadbalancers", served)}, "the refused service to be gone")
+    finally:
+        system.cluster.kubectl("delete", "account", account, "-n", namespace, "--wait=false", check=False)
 
 
 def test_a_load_balancer_with_a_cluster_and_endpoints(system: System) -> None:

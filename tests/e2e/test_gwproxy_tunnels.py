@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,8 +19,10 @@ from tollgate.allocator.k8s import Kube
 from tollgate.allocator.registry import Registry
 from tollgate.allocator.registry.records import TUNNELS
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics
-from tollgate.models.epic import GROUP, VERSION, EPICSpec, GUEEndpoint
+from tollgate.models.base import raw_condition
+from tollgate.models.epic import GROUP, VERSION, EPICSpec, GUEEndpoint, account_of
 from tollgate.runtime.kube import api_client
+from tollgate.testing import objects, xds
 from tollgate.testing.cluster import EmbeddedCluster, dev_endpoint_policy
 from tollgate.testing.fixtures import ServiceFactory
 from tollgate.testing.services import ServiceProcess
@@ -219,3 +221,55 @@ async def test_convergences_at_once_on_two_replicas_end_with_one_id_per_node(
     assert not {second[address] for address in set(second) - set(first)} & set(first.values()), "an ID reused"
     highest = await registries[0].epic.highest_in_use()
     assert highest >= max(second.values()), "a recreated EPIC singleton's counter starts above GWProxies' IDs too"
+
+
+async def test_gwproxies_beyond_the_proxy_limit_get_no_envoy_nor_tunnel_until_the_limit_is_raised(
+    cluster: EmbeddedCluster,
+    kube: client.ApiClient,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    account: str,
+    allocator: ServiceProcess,
+) -> None:
+    """Two GWProxies sent to the API server at the same instant with room for one (no webhook here), each reached by
+    a route to a slice on n1: one gets its Envoy Deployment and n1's tunnel; the other is refused LimitExceeded,
+    with a Warning Event, no Deployment and no tunnel. Raising proxyLimit serves it."""
+    namespace = account
+    name = account_of(namespace)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "accounts", name, {"spec": {"proxyLimit": 1}})
+    apply(cluster, gwroute("to-a", namespace, "gw-a", "svc-uid"), gwroute("to-b", namespace, "gw-b", "svc-uid"),
+          endpoint_slice("web-1", namespace, "svc-uid", {"n1": N1}))  # fmt: skip
+    proxies = ("gw-a", "gw-b")
+    await asyncio.to_thread(objects.create_at_once, cluster.kubeconfig, [gwproxy(p, namespace) for p in proxies])
+
+    def allocated() -> dict[str, Mapping[str, Any]] | None:
+        found = {p: cast(JSON, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gwproxies", p))
+                 for p in proxies}  # fmt: skip
+        states = {p: raw_condition(obj, "Allocated") for p, obj in found.items()}
+        judged = all(s.get("status") == "True" or s.get("reason") == "LimitExceeded" for s in states.values())
+        return states if judged else None
+
+    states = wait_for(allocated, "each GWProxy served or refused", timeout=60)
+    served = [p for p, state in states.items() if state["status"] == "True"]
+    assert len(served) == 1, f"served beyond the limit of 1: {served}"
+    (refused,) = set(proxies) - set(served)
+    # Judged after the other got its place, or before, while the other, older, was to get it.
+    refusal = states[refused]["message"]
+    assert refusal in {
+        f"Account {name}'s spec.proxyLimit is 1, and namespace {namespace} holds 2 GWProxies, {served_then}: no Envoy, "
+        "public address or tunnel for this one until one of them is deleted or the limit is raised"
+        for served_then in ("1 of them served", "0 of them served; the free places (1) go to older GWProxies first")
+    }, refusal
+    wait_for_nodes(custom, namespace, served[0], {N1})
+    assert tunnels(custom, namespace, refused) == {}
+    assert refusal in xds.events(core, namespace, refused, "LimitExceeded", "Warning")
+    apps = client.AppsV1Api(kube)
+    envoys = [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items]
+    assert envoys == [f"{served[0]}-gwproxy-envoy"]
+
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "accounts", name, {"spec": {"proxyLimit": 2}})
+    wait_for_nodes(custom, namespace, refused, {N1})
+    wait_for(lambda: xds.events(core, namespace, refused, "WithinLimit", "Normal"), "an Event on its place")
+    wait_for(
+        lambda: len(apps.list_namespaced_deployment(namespace).items) == 2, "the second GWProxy's Envoy Deployment"
+    )

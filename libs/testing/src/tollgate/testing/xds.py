@@ -232,9 +232,11 @@ def apply_vs(custom: client.CustomObjectsApi, namespace: str, body: dict[str, An
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
 
-def events(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[str]:
-    """The messages of the Events with `reason` about the object `name`."""
-    listing = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},reason={reason}")
+def events(core: client.CoreV1Api, namespace: str, name: str, reason: str, type_: str = "") -> list[str]:
+    """The messages of the Events with `reason` (and `type_`, Normal or Warning, when given) about the object
+    `name`."""
+    selector = f"involvedObject.name={name},reason={reason}" + (f",type={type_}" if type_ else "")
+    listing = core.list_namespaced_event(namespace, field_selector=selector)
     return [str(e.message) for e in listing.items]
 
 

@@ -74,7 +74,9 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.event(*gwp, registry=registry)
     async def proxy_object_event(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] == "DELETED":
-            await reconciler.proxies.deleted(copy.deepcopy(dict(event["object"])))
+            obj = copy.deepcopy(dict(event["object"]))
+            await reconciler.proxies.deleted(obj)
+            await reconciler.accounts.proxy_deleted(obj)
 
     # Addresses of holders deleted while no allocator watched are freed at start and then now and then.
     @kopf.on.resume(*prefix, registry=registry)

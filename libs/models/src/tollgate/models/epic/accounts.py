@@ -82,13 +82,15 @@ class AccountSpec(WireModel):
         default=DEFAULT_PROXY_LIMIT,
         alias="proxyLimit",
         ge=0,
-        description="Most GWProxies the account may have (checked when one is created).",
+        description="Most GWProxies the account may have: the webhook refuses one created beyond it, and the allocator "
+        "serves no more than this many (the oldest first; a lowered limit stops none that is served).",
     )
     load_balancer_limit: int = Field(
         default=DEFAULT_LOAD_BALANCER_LIMIT,
         alias="loadBalancerLimit",
         ge=0,
-        description="Most LoadBalancers the account may have (checked when one is created).",
+        description="Most LoadBalancers the account may have: the webhook refuses one created beyond it, and the "
+        "allocator serves no more than this many (the oldest first; a lowered limit stops none that is served).",
     )
     allowed_endpoint_ranges: list[EndpointRange] | None = Field(
         default=None,
@@ -114,6 +116,18 @@ class AccountStatus(Status):
         ge=0,
         description="The most recent service ID handed out to a load balancer of this account.",
     )
+    served_load_balancers: dict[str, str] = Field(
+        default_factory=dict,
+        alias="served-load-balancers",
+        description="The LoadBalancers within spec.loadBalancerLimit, by name (their uid): the allocator serves these "
+        "only, and each keeps its place until it is deleted.",
+    )
+    served_proxies: dict[str, str] = Field(
+        default_factory=dict,
+        alias="served-proxies",
+        description="The GWProxies within spec.proxyLimit, by name (their uid): the allocator serves these only, and "
+        "each keeps its place until it is deleted.",
+    )
 
 
 class Account(CustomResource[AccountSpec, AccountStatus]):
@@ -128,6 +142,7 @@ class Account(CustomResource[AccountSpec, AccountStatus]):
         printer_columns=printer_columns(
             ("Namespace", "string", ".status.namespace"),
             ("Proxy-Limit", "integer", ".spec.proxyLimit"),
+            ("LB-Limit", "integer", ".spec.loadBalancerLimit"),
             READY_COLUMN,
             AGE_COLUMN,
         ),

@@ -1,5 +1,6 @@
-"""Accounts: each owns its user namespace, created with it and deleted after what it holds; a change to it reaches
-its waiting load balancers, its RemoteEndpoints' addresses and its GWProxies' tunnels."""
+"""Accounts: each owns its user namespace, created with it and deleted after what it holds; a change to it (its
+limits among it) reaches its waiting load balancers and GWProxies, its RemoteEndpoints' addresses and its GWProxies'
+tunnels, and a deleted load balancer's or GWProxy's place within its limit goes to the oldest waiting."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from dataclasses import dataclass
 import kopf
 
 from tollgate.allocator import proxy
-from tollgate.allocator.k8s import JSON
+from tollgate.allocator.k8s import JSON, Kind
 from tollgate.allocator.reconcile.gwproxies import GWProxies
 from tollgate.allocator.reconcile.load_balancers import LoadBalancers
 from tollgate.allocator.reconcile.part import Part, set_ready
 from tollgate.allocator.reconcile.remote_endpoints import ADDRESS_NOT_ALLOWED, RemoteEndpoints
-from tollgate.allocator.registry.records import account_ranges, endpoint_addresses
+from tollgate.allocator.registry.records import PROXY_KINDS, account_ranges, endpoint_addresses
 from tollgate.models.base import condition_status
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
@@ -61,19 +62,54 @@ class Accounts(Part):
             await self.update_status(Account, namespace, name, ready)
             if before != namespace:
                 await self.kube.event(account, "UserNamespaceReady", f"owns the user namespace {namespace}")
-            # Read a page at a time, keeping the names only; each is read again when its turn comes.
-            waiting = [
-                lb["metadata"]["name"]
-                async for lbs in self.kube.pages(LoadBalancer, namespace)
-                for lb in lbs
-                if condition_status(lb, proxy.ALLOCATED) != "True"
-            ]
-            for lb_name in waiting:
-                if (lb := await self.kube.get(LoadBalancer, namespace, lb_name)) is not None:
-                    await self.load_balancers.reconcile(lb)
+            await self.serve_waiting(namespace, (LoadBalancer, GWProxy), account)
             await self._judge_endpoints(account)
             # The account's allowedEndpointRanges judge the slices' node addresses too.
             await self.gwproxies.converge_tunnels(namespace)
+
+    async def serve_waiting(self, namespace: str, kinds: tuple[Kind, ...], account: JSON | None = None) -> None:
+        """Reconcile the namespace's load balancers and GWProxies (of `kinds`) that are not Allocated: those beyond
+        the Account's limit get the places that are free now, the oldest first. With `account` (read before this
+        listing), the Account's record of served objects first drops the entries of objects that are gone."""
+        present: dict[str, set[tuple[str, str]]] = {}
+        waiting: list[tuple[Kind, str]] = []
+        for kind in kinds:
+            # Read a page at a time, keeping the names only; each is read again when its turn comes.
+            async for page in self.kube.pages(kind, namespace):
+                for obj in page:
+                    meta = obj["metadata"]
+                    present.setdefault(kind.resource.kind, set()).add((meta["name"], meta["uid"]))
+                    if condition_status(obj, proxy.ALLOCATED) != "True":
+                        waiting.append((kind, meta["name"]))
+        if account is not None:
+            await self.registry.limits.sweep(account, present)
+        # Each gets its turn even when another's fails (a deleted object's event is not retried); the first failure
+        # is raised at the end.
+        failures: list[Exception] = []
+        for kind, name in waiting:
+            try:
+                if (found := await self.kube.get(kind, namespace, name)) is None:
+                    continue
+                if kind is LoadBalancer:
+                    await self.load_balancers.reconcile(found)
+                else:
+                    await self.gwproxies.reconcile(found)
+            except Exception as error:
+                log.warning("reconciling %s %s/%s failed: %s", kind.resource.kind, namespace, name, error)
+                failures.append(error)
+        if failures:
+            raise failures[0]
+
+    async def proxy_deleted(self, obj: JSON) -> None:
+        """A LoadBalancer or GWProxy was deleted: its place within its Account's limit goes to the oldest of its kind
+        waiting for one, if any is."""
+        if await self.registry.limits.release(obj):
+            meta = obj["metadata"]
+            log.info(
+                "%s %s/%s was deleted: judging again those of its kind waiting for a place within the limit",
+                obj["kind"], meta["namespace"], meta["name"],
+            )  # fmt: skip
+            await self.serve_waiting(meta["namespace"], (PROXY_KINDS[obj["kind"]],))
 
     async def _judge_endpoints(self, account: JSON) -> None:
         """The account (its allowedEndpointRanges) may have changed: judge its RemoteEndpoints' addresses again.

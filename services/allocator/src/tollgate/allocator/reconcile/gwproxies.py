@@ -13,7 +13,7 @@ from tollgate.allocator.reconcile.part import Part
 from tollgate.allocator.reconcile.proxies import ADDRESS_RETRY_REASONS, Proxies
 from tollgate.allocator.reconcile.remote_endpoints import ADDRESS_NOT_ALLOWED
 from tollgate.allocator.registry.records import log_fields
-from tollgate.models.epic import Account, GWEndpointSlice, GWProxy, GWProxyStatus, account_of
+from tollgate.models.epic import GWEndpointSlice, GWProxy, GWProxyStatus, account_of
 from tollgate.runtime.coalesce import Coalesced
 from tollgate.runtime.tracing import annotated_parent, parent_context
 
@@ -32,8 +32,8 @@ class GWProxies(Part):
         self._runs = Coalesced(self._converge)
 
     async def reconcile(self, gwp: JSON) -> str | None:
-        """A GWProxy's public address, Envoy Deployment and tunnels, as a load balancer's; a message when to try
-        again."""
+        """A GWProxy's place within its Account's proxyLimit, public address, Envoy Deployment and tunnels, as a load
+        balancer's; a message when to try again."""
         meta = gwp["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
         if meta.get("deletionTimestamp"):
@@ -42,14 +42,9 @@ class GWProxies(Part):
         attributes = {"namespace": namespace, "name": name}
         with self.tracer.start_as_current_span("reconcile GWProxy", change, attributes=attributes):
             account = account_of(namespace)
-            ok, reason, message = True, "Allocated", "no public address asked for"
-            if await self.kube.get(Account, namespace, account) is None:
-                ok, reason = False, "AccountNotFound"
-                message = (
-                    f"no Account {account!r} in namespace {namespace}: GWProxies live in their account's namespace"
-                )
+            ok, reason, message = await self.proxies.admission(gwp)
             if ok:
-                ok, reason, message, gwp = await self.proxies.public_address(gwp, reason, "allocated")
+                ok, reason, message, gwp = await self.proxies.public_address(gwp, "Allocated", "allocated")
             proxy_state = (
                 (False, "NotAllocated", f"waiting for Allocated ({reason})")
                 if not ok

@@ -1,5 +1,6 @@
-"""Load balancers: a service ID from their account's counter, then what every proxy object gets (public address,
-DNS endpoint, Envoy proxy), their conditions, and the tunnels of the nodes their RemoteEndpoints are on."""
+"""Load balancers: a place within their Account's loadBalancerLimit, a service ID from their account's counter, then
+what every proxy object gets (public address, DNS endpoint, Envoy proxy), their conditions, and the tunnels of the
+nodes their RemoteEndpoints are on."""
 
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ class LoadBalancers(Part):
         change = parent_context(annotated_parent(lb))
         with self.tracer.start_as_current_span("reconcile LoadBalancer", change, attributes=attributes):
             account = account_of(namespace)
-            ok, reason, message, new_id = await self._service_id(lb, account)
+            served, reason, message = await self.proxies.admission(lb)
+            ok, new_id = served, None
+            if served:
+                ok, reason, message, new_id = await self._service_id(lb, account)
             if new_id is not None:
                 lb = await self.kube.patch(LoadBalancer, namespace, name, {"spec": {"service-id": new_id}})
                 await self.kube.event(lb, "ServiceIDAllocated", f"allocated service-id {new_id}")
@@ -77,7 +81,7 @@ class LoadBalancers(Part):
                 return None
             if not matched and (before is None or before.message != match_message):
                 await self.kube.event(written, match_reason, match_message, warning=True)
-            if proxy.name_not_a_label(written) is None:  # such a load balancer's pods cannot even be listed
+            if served and proxy.name_not_a_label(written) is None:  # such a load balancer's pods cannot be listed
                 await self._adopt_endpoints(written, reps)
             return message if reason in ADDRESS_RETRY_REASONS else None
 
@@ -85,11 +89,6 @@ class LoadBalancers(Part):
         """Whether the load balancer has (or now gets) a valid service ID, the reason and message, and the ID just
         allocated from the account's counter with the seed's algorithm, if one was."""
         meta, namespace = lb["metadata"], lb["metadata"]["namespace"]
-        if await self.kube.get(Account, namespace, account) is None:
-            message = (
-                f"no Account {account!r} in namespace {namespace}: load balancers live in their account's namespace"
-            )
-            return False, "AccountNotFound", message, None
         spec = LoadBalancerSpec.model_validate(lb["spec"])
         if spec.service_id is not None:
             claim = allocation.service_id_claim(lb)

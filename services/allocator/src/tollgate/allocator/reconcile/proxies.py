@@ -1,5 +1,6 @@
-"""What LoadBalancers and GWProxies share: a public address from their group's ServicePrefix, a DNS endpoint from
-its endpoint-template, and an Envoy Deployment whose readiness their status follows."""
+"""What LoadBalancers and GWProxies share: a place within their Account's limit, a public address from their group's
+ServicePrefix, a DNS endpoint from its endpoint-template, and an Envoy Deployment whose readiness their status
+follows."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
 
-from tollgate.allocator import allocation, proxy
+from tollgate.allocator import allocation, limits, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
 from tollgate.allocator.k8s import JSON, Kind
 from tollgate.allocator.reconcile.part import Part
-from tollgate.allocator.registry.records import PROXY_KINDS
+from tollgate.allocator.registry.errors import NotFoundError
+from tollgate.allocator.registry.records import PROXY_KINDS, log_fields
 from tollgate.models.epic import (
     GWProxySpec,
     LBServiceGroup,
@@ -20,6 +22,7 @@ from tollgate.models.epic import (
     LoadBalancerSpec,
     ProxySpec,
     ProxyStatus,
+    account_of,
 )
 
 log = logging.getLogger("tollgate.allocator.reconcile.proxies")
@@ -36,6 +39,37 @@ def proxy_spec(obj: JSON) -> ProxySpec:
 class Proxies(Part):
     addresses: PublicAddresses
     xds_address: str
+
+    async def admission(self, obj: JSON) -> proxy.Verdict:
+        """Whether the object may be served: its Account exists and it is within the Account's limit for its kind
+        (registry.limits), the reason and message. A Warning Event when it is refused a place (again with each new
+        reason), a Normal one when it gets one after waiting."""
+        meta = obj["metadata"]
+        namespace, kind = meta["namespace"], PROXY_KINDS[obj["kind"]]
+        try:
+            decision = await self.registry.limits.admit(obj)
+        except NotFoundError:
+            account = account_of(namespace)
+            message = (
+                f"no Account {account!r} in namespace {namespace}: {limits.RULES[obj['kind']].plural} live in their "
+                "account's namespace"
+            )
+            return False, "AccountNotFound", message
+        before = ProxyStatus.model_validate(obj.get("status") or {}).condition(proxy.ALLOCATED)
+        told = (before.reason, before.message) if before is not None else None
+        if decision.served:
+            if told is not None and told[0] == limits.LIMIT_EXCEEDED:
+                log.info("served now: %s", decision.message, extra=log_fields(kind, namespace, meta["name"]))
+                await self.kube.event(obj, limits.WITHIN_LIMIT, f"served now: {decision.message}")
+            return True, limits.WITHIN_LIMIT, decision.message
+        message = (
+            f"{decision.message}: no Envoy, public address or tunnel for this one until one of them is deleted or the "
+            "limit is raised"
+        )
+        if told != (limits.LIMIT_EXCEEDED, message):
+            log.warning("not served: %s", message, extra=log_fields(kind, namespace, meta["name"]))
+            await self.kube.event(obj, limits.LIMIT_EXCEEDED, message, warning=True)
+        return False, limits.LIMIT_EXCEEDED, message
 
     async def public_address(self, obj: JSON, reason: str, allocated: str) -> tuple[bool, str, str, JSON]:
         """The object's public address from its group's ServicePrefix: kept when it holds one, claimed when given,

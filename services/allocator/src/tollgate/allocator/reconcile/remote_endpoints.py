@@ -1,13 +1,13 @@
 """RemoteEndpoint events: an endpoint created as an object gets its node's tunnel once its addresses are allowed,
-its load balancer is there and no older twin holds its place; a deleted one releases its tunnel and client cluster;
-and its load balancer's EndpointsMatched follows them all."""
+its load balancer is there and served (within its Account's limit) and no older twin holds its place; a deleted one
+releases its tunnel and client cluster; and its load balancer's EndpointsMatched follows them all."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from tollgate.allocator import proxy
+from tollgate.allocator import limits, proxy
 from tollgate.allocator.k8s import JSON
 from tollgate.allocator.reconcile.part import Part
 from tollgate.allocator.registry.errors import NotFoundError, NotShareableError
@@ -61,6 +61,15 @@ class RemoteEndpoints(Part):
             if twin is not None:
                 message = f"spec: {describe(rep['spec'])} is registered already as RemoteEndpoint {twin}"
                 await self.refuse(rep, DUPLICATE, message)
+                return
+            try:
+                decision = await self.registry.limits.admit(lb)
+            except NotFoundError as error:
+                await self.refuse(rep, "AccountNotFound", f"metadata.namespace: {error}")
+                return
+            if not decision.served:
+                message = f"spec.load-balancer: load balancer {lb_name!r} is not served: {decision.message}"
+                await self.refuse(rep, limits.LIMIT_EXCEEDED, message)
                 return
             if not any(ref.get("uid") == lb["metadata"]["uid"] for ref in meta.get("ownerReferences") or []):
                 rep = await self.kube.patch(

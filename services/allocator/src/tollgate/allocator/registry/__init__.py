@@ -4,7 +4,8 @@ RemoteEndpoint objects are the record, one per (load balancer, address, port, pr
 one tunnel ID per (proxy object, client node address), recorded in the status `gue-tunnel-endpoints` of the
 LoadBalancer or GWProxy under the node address (`node_tunnels`). A load balancer's client nodes are those of its
 RemoteEndpoints (`registrations`); a GWProxy's are the `nodeAddresses` of the GWEndpointSlices its GWRoutes reach
-(`gateways`). A load balancer also records the client clusters it serves (`clusters`).
+(`gateways`). A load balancer also records the client clusters it serves (`clusters`). Only the objects within their
+Account's limit get tunnels (`limits`).
 
 The node entry is written with the object's resourceVersion (409 Conflict when someone wrote first), so whoever
 records one node at once, on any allocator replica, ends up with one tunnel ID. Whoever removes an entry, and
@@ -18,6 +19,7 @@ from __future__ import annotations
 from tollgate.allocator.k8s import Kube
 from tollgate.allocator.registry.clusters import ClientClusters
 from tollgate.allocator.registry.gateways import Gateways
+from tollgate.allocator.registry.limits import AccountLimits
 from tollgate.allocator.registry.node_tunnels import NodeTunnels
 from tollgate.allocator.registry.registrations import Registrations
 from tollgate.allocator.tunnels import EpicSingleton, TunnelIDs
@@ -42,5 +44,8 @@ class Registry:
         self.policy = policy or EndpointPolicy()
         self.node_tunnels = NodeTunnels(kube, ids, epic, default_gue)
         self.clusters = ClientClusters(kube, ids.metrics)
-        self.registrations = Registrations(kube, self.policy, ids.metrics, self.node_tunnels, self.clusters)
-        self.gateways = Gateways(kube, self.policy, self.node_tunnels)
+        self.limits = AccountLimits(kube, ids.metrics)
+        self.registrations = Registrations(
+            kube, self.policy, ids.metrics, self.node_tunnels, self.clusters, self.limits
+        )
+        self.gateways = Gateways(kube, self.policy, self.node_tunnels, self.limits)

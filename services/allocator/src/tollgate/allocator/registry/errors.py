@@ -21,3 +21,7 @@ class AbortedError(RuntimeError):
 
 class NotShareableError(FailedPreconditionError):
     """The load balancer serves another client cluster, and its service group cannot be shared."""
+
+
+class LimitExceededError(FailedPreconditionError):
+    """The load balancer or GWProxy is beyond its Account's limit: not served."""

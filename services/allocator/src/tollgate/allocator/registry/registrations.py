@@ -24,6 +24,7 @@ from tollgate.allocator.registry.errors import (
     NotFoundError,
     NotShareableError,
 )
+from tollgate.allocator.registry.limits import AccountLimits
 from tollgate.allocator.registry.node_tunnels import NodeTunnels
 from tollgate.allocator.registry.records import (
     account_ranges,
@@ -98,6 +99,7 @@ class Registrations:
     metrics: Metrics
     node_tunnels: NodeTunnels
     clusters: ClientClusters
+    limits: AccountLimits
     # (namespace, name) of the registrations under way in this process: the reconcile leaves their events to them.
     in_flight: set[tuple[str, str]] = field(default_factory=set, init=False)
 
@@ -202,6 +204,7 @@ class Registrations:
             raise InvalidArgumentError(str(refusal))
         if lb["metadata"].get("deletionTimestamp"):
             raise FailedPreconditionError(f"load_balancer: {load_balancer!r} is being deleted")
+        await self.limits.require(lb)
         namespace = lb["metadata"]["namespace"]
         name = allocation.remote_endpoint_name(load_balancer, endpoint, port.port, port.protocol)
         spec = RemoteEndpointSpec(

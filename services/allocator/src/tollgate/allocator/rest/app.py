@@ -20,7 +20,13 @@ from opentelemetry.trace import TracerProvider
 from starlette.requests import ClientDisconnect
 
 from tollgate.allocator.allocation import ExhaustedError, InvalidArgumentError
-from tollgate.allocator.registry.errors import AbortedError, AlreadyExistsError, FailedPreconditionError, NotFoundError
+from tollgate.allocator.registry.errors import (
+    AbortedError,
+    AlreadyExistsError,
+    FailedPreconditionError,
+    LimitExceededError,
+    NotFoundError,
+)
 from tollgate.allocator.rest.auth import REALM, Authenticator, Forbidden, Unauthenticated
 from tollgate.allocator.rest.links import BASE
 from tollgate.allocator.rest.objects import NAMED, DuplicateError, EpicObjects, Found
@@ -37,6 +43,7 @@ ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidArgumentError, 422),
     (NotFoundError, 404),
     (AlreadyExistsError, 409),
+    (LimitExceededError, 422),
     (FailedPreconditionError, 409),
     (AbortedError, 409),
     (OptimisticUpdateError, 409),

@@ -16,12 +16,13 @@ from kubernetes import client
 
 from tollgate.allocator.allocation import InvalidArgumentError, validate_name
 from tollgate.allocator.k8s import JSON, Kind, Kube, is_conflict
+from tollgate.allocator.limits import LIMIT_EXCEEDED
 from tollgate.allocator.registry import Registry
-from tollgate.allocator.registry.errors import NotFoundError
+from tollgate.allocator.registry.errors import LimitExceededError, NotFoundError
 from tollgate.allocator.registry.records import CLUSTERS, identity, pointer
 from tollgate.allocator.registry.registrations import Endpoint
 from tollgate.allocator.rest import links
-from tollgate.models.base import WireModel, condition_status
+from tollgate.models.base import WireModel, raw_condition
 from tollgate.models.epic import (
     ACCOUNT_LABEL,
     DEFAULT_CLUSTER,
@@ -171,13 +172,33 @@ class EpicObjects:
 
     async def _allocated(self, kind: Kind, account: str, name: str) -> None:
         """Wait (a while) for the reconcile to give a new proxy or service its public address and DNS record, or
-        to say why not: EPIC's clients read both from the answer without checking that they are there."""
+        to say why not: EPIC's clients read both from the answer without checking that they are there. One beyond
+        its Account's limit (created at the same time as others that the webhook let through) is deleted again and
+        refused, as the webhook refuses one it sees beyond the limit: nothing of a refused request stays."""
+        namespace = account_namespace(account)
         deadline = time.monotonic() + self.allocation_wait
         while time.monotonic() < deadline:
-            obj = await self.kube.get(kind, account_namespace(account), name)
-            if obj is None or obj["spec"].get("endpoints") or condition_status(obj, "Allocated") == "False":
+            obj = await self.kube.get(kind, namespace, name)
+            if obj is None or obj["spec"].get("endpoints"):
+                return
+            allocated = raw_condition(obj, "Allocated")
+            if allocated.get("reason") == LIMIT_EXCEEDED:
+                await self._refuse_beyond_limit(kind, obj)
+            elif allocated.get("status") == "False":
                 return
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _refuse_beyond_limit(self, kind: Kind, obj: JSON) -> None:
+        """The reconcile found the new object beyond its Account's limit: judged again (a place may have opened since),
+        it is deleted and the request refused, unless it is served now."""
+        decision = await self.registry.limits.admit(obj)
+        if decision.served:
+            return
+        meta = obj["metadata"]
+        await self.kube.delete(kind, meta["namespace"], meta["name"])
+        raise LimitExceededError(
+            f"{kind.resource.kind} {meta['name']!r} is beyond its Account's limit and was not kept: {decision.message}"
+        )
 
     # routes and slices: named by their clientRef.uid, in the account's namespace
 
@@ -286,6 +307,7 @@ class EpicObjects:
         location = links.cluster_path(account, service, cluster)
         if cluster in (lb.get("status") or {}).get(CLUSTERS, []):
             raise DuplicateError(f"duplicate cluster {cluster!r}", location)
+        await self.registry.limits.require(lb)
         await self.registry.clusters.admit(lb, cluster)
         return location
 
