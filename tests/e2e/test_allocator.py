@@ -44,10 +44,12 @@ from tollgate.runtime.kube import api_client
 from tollgate.testing import agents, objects, xds
 from tollgate.testing.cluster import EmbeddedCluster
 from tollgate.testing.fixtures import ServiceFactory
+from tollgate.testing.rbac import service_account_kubeconfig
 from tollgate.testing.services import ServiceProcess
 from tollgate.testing.tls import TLSEndpoint, allocator_env, tls_endpoint
 from tollgate.testing.tools import repo_root
 from tollgate.testing.wait import eventually, wait_for
+from tollgate.testing.watchproxy import WatchProxy
 
 SAMPLES = repo_root() / "deploy" / "samples"
 GUE_ADDRESS = "192.168.1.40"
@@ -320,6 +322,71 @@ async def test_service_group_settings_reach_the_proxies_and_a_group_in_use_stays
         return found.returncode != 0
 
     wait_for(gone, "the group to go with its last load balancer", timeout=30)
+
+
+async def test_a_group_in_use_stays_though_deleted_before_the_allocator_first_handled_it(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    apps: client.AppsV1Api,
+    run_service: ServiceFactory,
+    allocator_tls: TLSEndpoint,
+    accounts: list[str],
+    tmp_path: Path,
+) -> None:
+    """kopf puts its finalizer on a group when it first handles it. A group deleted before that (the test above,
+    once its allocator's watch of groups had only just started) went at once, in use or not. Here the allocator's
+    watch never delivers the group's first events: its load balancer's reconcile, which reads the group, holds it."""
+    with WatchProxy(service_account_kubeconfig(cluster, "allocator", tmp_path), tmp_path) as proxy:
+        proxy.drop(lambda event: event["object"].get("kind") == "LBServiceGroup")
+        kubeconfig = str(proxy.kubeconfig)
+        env = allocator_env(
+            allocator_tls, KUBECONFIG=kubeconfig, TOLLGATE_ALLOCATOR_KUBECONFIG=kubeconfig,
+            TOLLGATE_ALLOCATOR_XDS_ADDRESS=XDS_ADDRESS, TOLLGATE_ALLOCATOR_GUE_ADDRESS=GUE_ADDRESS,
+        )  # fmt: skip
+        run_service("allocator", env=env)
+        account = f"acme-{uuid.uuid4().hex[:6]}"
+        epicctl(cluster, "create", "user-namespace", account)
+        accounts.append(account)
+        namespace = f"epic-{account}"
+
+        def told(group: str) -> str | None:
+            """How the allocator learnt of `group`: its watch's event left out, or kopf's listing (a finalizer)."""
+            if any(e["object"]["metadata"]["name"] == group for e in proxy.dropped):
+                return "watch"
+            finalizers = get(custom, "lbservicegroups", namespace, group)["metadata"].get("finalizers")
+            return "listing" if finalizers else None
+
+        def make_group(group: str) -> None:
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LBServiceGroup", "spec": {"envoy-replica-count": 0},
+                    "metadata": {"name": group, "namespace": namespace}}  # fmt: skip
+            cluster.kubectl("apply", "-f", "-", stdin=json.dumps(body))
+
+        # Until the watch of groups streams, a new group reaches kopf in its first listing instead.
+        for probe in ("probe-0", "probe-1"):
+            make_group(probe)
+            if wait_for(functools.partial(told, probe), f"the allocator to learn of {probe}", timeout=30) == "watch":
+                break
+        make_group("web")
+        assert wait_for(functools.partial(told, "web"), "the allocator to learn of web", timeout=30) == "watch"
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("held", account)))
+        wait_for(
+            lambda: apps.list_namespaced_deployment(namespace).items, "the load balancer's Envoy Deployment", timeout=30
+        )
+        proxy.drop(None)
+
+        cluster.kubectl("delete", "lbservicegroup", "web", "-n", namespace, "--wait=false")
+
+        def held() -> dict[str, Any] | None:
+            state = condition(get(custom, "lbservicegroups", namespace, "web"), "Ready")
+            return state if state and state["reason"] == "InUse" else None
+
+        wait_for(held, "the group in use to stay and say why", timeout=30)
+        cluster.kubectl("delete", "loadbalancer", "held", "-n", namespace)
+        wait_for(
+            lambda: cluster.kubectl("get", "lbservicegroup", "web", "-n", namespace, check=False).returncode != 0,
+            "the group to go with its last load balancer",
+            timeout=30,
+        )
 
 
 async def test_a_load_balancer_serves_one_client_cluster_unless_its_group_can_be_shared(

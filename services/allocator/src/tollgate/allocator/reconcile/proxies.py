@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Any
 
+from kubernetes.client import ApiException
+
 from tollgate.allocator import allocation, limits, proxy
 from tollgate.allocator.addresses import PrefixNotFoundError, PublicAddresses
-from tollgate.allocator.k8s import JSON, Kind
+from tollgate.allocator.k8s import JSON, Kind, is_conflict
 from tollgate.allocator.reconcile.part import Part
 from tollgate.allocator.registry.errors import NotFoundError
 from tollgate.allocator.registry.records import PROXY_KINDS, log_fields
@@ -24,6 +26,7 @@ from tollgate.models.epic import (
     ProxyStatus,
     account_of,
 )
+from tollgate.runtime.operator import FINALIZER
 
 log = logging.getLogger("tollgate.allocator.reconcile.proxies")
 PROXY_SPECS: dict[str, type[ProxySpec]] = {"LoadBalancer": LoadBalancerSpec, "GWProxy": GWProxySpec}
@@ -145,6 +148,7 @@ class Proxies(Part):
             message = f"spec.service-group: no LBServiceGroup {spec.service_group!r} in namespace {meta['namespace']}"
             await self.kube.event(obj, "ServiceGroupNotFound", message, warning=True)
             return False, "ServiceGroupNotFound", message
+        await self._hold(group_obj)
         group = LBServiceGroupSpec.model_validate(group_obj.get("spec") or {})
         if spec.envoy_replica_count is None:  # EPIC copies the group's count into a new load balancer
             replicas = {"envoy-replica-count": group.envoy_replica_count}
@@ -153,6 +157,23 @@ class Proxies(Part):
         await self.kube.apply(proxy.config_map(obj, account, text))
         deployment = await self.kube.apply(proxy.deployment(obj, account, group, text))
         return proxy.proxy_readiness(deployment)
+
+    async def _hold(self, group: JSON) -> None:
+        """A group in use holds the allocator's finalizer from its first user's reconcile on. kopf adds it when it
+        first handles the group; a group deleted before that went at once, users or not (its deletion handler,
+        which keeps a group in use, never ran)."""
+        meta = group["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if FINALIZER in finalizers or meta.get("deletionTimestamp"):
+            return
+        body = {"metadata": {"finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await self.kube.patch(LBServiceGroup, meta["namespace"], meta["name"], body)
+        except ApiException as error:
+            if not is_conflict(error):  # a conflict: written since read, by kopf adding it most likely
+                raise
+            return
+        log.info("LBServiceGroup %s/%s held while in use", meta["namespace"], meta["name"])
 
     async def deployment_changed(self, deployment: JSON) -> None:
         """The Envoy Deployment moved: reflect it in its object's ProxyReady and Ready."""
