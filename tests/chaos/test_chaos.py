@@ -13,13 +13,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import grpc
 import pytest
 
 from tollgate.allocator.grpc.client import AllocatorClient
 from tollgate.testing.chaos import (
     NAMESPACE,
-    RETRYABLE,
     SERVICES,
     TABLE,
     System,
@@ -36,6 +34,7 @@ from tollgate.testing.chaos import (
     routed_status,
     serves,
     tunnels_lost,
+    unless_retryable,
     virtual_service,
 )
 from tollgate.testing.faultproxy import Mode, break_the_network
@@ -67,13 +66,10 @@ async def register(system: System, address: str, node: str, timeout: float = 5) 
     """The tunnel ID the allocator answers a registration with; None when the call failed in a retryable way."""
     agent = system.allocator_agent
     async with AllocatorClient(f"127.0.0.1:{system.allocator_port}", agent.token, agent.channel_credentials()) as api:
-        try:
-            response = await api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            if error.code() not in RETRYABLE:
-                raise
-            return None
-    return int(response.tunnel.tunnel_id)
+        response = await unless_retryable(
+            api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
+        )
+    return None if response is None else int(response.tunnel.tunnel_id)
 
 
 # ----- the rows -----

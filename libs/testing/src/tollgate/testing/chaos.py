@@ -19,10 +19,10 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 import yaml
@@ -55,6 +55,8 @@ from tollgate.testing.xds import (
     udp_virtual_service,
     xds_settings,
 )
+
+T = TypeVar("T")
 
 NOTHING = "nothing"
 
@@ -259,6 +261,16 @@ def placed(system: System, name: str, ip: str, avoid: str | None = None) -> str 
 
 def do_actions(system: System, ip: str) -> list[tuple[str, int | None]]:
     return [(a.type, a.droplet) for a in list(system.fake.actions.values()) if a.ip == ip]
+
+
+async def unless_retryable(call: Awaitable[T]) -> T | None:
+    """The answer of a gRPC call, or None when it failed in a way a client retries (RETRYABLE)."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as error:
+        if error.code() not in RETRYABLE:
+            raise
+        return None
 
 
 def held_tunnels(system: System, load_balancer: str = "lb") -> dict[str, int]:
