@@ -1,4 +1,4 @@
-"""The chaos suite's running system and its table.
+"""The chaos suite's running system and its table; the soak (bench/soak.py) runs the same system.
 
 `chaos_cluster` is an embedded cluster with the real node; `running_system` runs the services on it, each behind a
 FaultProxy, and yields the `System` they share. The helpers below are what a user looks at (a Goop completed, a
