@@ -8,9 +8,10 @@ bench. It starts a cluster with the real node: run it under the machine's real-n
     .venv/bin/python -m bench.soak                  # 30 minutes
     .venv/bin/python -m bench.soak --minutes 3      # a short run
 
-The clock starts once the system is up (building it takes a minute or two more). The churn runs for the run less
-the quiet period (a tenth of the run, 30 s to 3 min); its first 5 minutes (a third of it when shorter) are the
-warm-up. Each kind has a worker that starts a cycle at most every `--pace` seconds and waits for each step of it:
+The clock starts once the system is up (building it, the cluster included, takes under a minute more here). The
+churn runs for the run less the quiet period (a tenth of the run, 30 s to 3 min); its first 5 minutes (a third of it
+when shorter) are the warm-up. Each kind has a worker that starts a cycle at most every `--pace` seconds and waits
+for each step of it:
 
 - LoadBalancer (service group `soak`: no Envoy replicas, public addresses from the ServicePrefix `soak`): created,
   given its address and its Envoy Deployment; two endpoints on two client nodes registered over the allocator's gRPC
