@@ -131,6 +131,10 @@ dev-down: sync ## stop what make dev-up started
 bench: sync tools ## every benchmark under bench/, one combined table (also .dev/bench/bench.md, .json); BENCH_ARGS=--quick
 	$(RUN) python -m bench $(BENCH_ARGS)
 
+.PHONY: soak
+soak: sync tools images ## the chaos suite's system under churn and faults, then one table (.dev/soak/soak.md); SOAK_ARGS="--minutes 3"
+	$(RUN) python -m bench.soak $(SOAK_ARGS)
+
 
 .PHONY: docker-build
 docker-build: images ## one image per service, $(IMG_PREFIX)<service>:$(IMAGE_TAG), and Envoy's (make images)

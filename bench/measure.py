@@ -1,4 +1,5 @@
-"""What the benchmarks read of a run: percentiles of samples, a process's CPU time and memory (/proc)."""
+"""What the benchmarks read of a run: percentiles of samples, a process's CPU time, memory, threads and open file
+descriptors (/proc)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def rss_mib(pid: int | str = "self", key: str = "VmRSS") -> float:
-    """The process's resident memory (`VmHWM`: its peak) in MiB."""
+def status_field(pid: int | str, key: str) -> int:
+    """A number of /proc/PID/status: `VmRSS` or `VmHWM` (KiB), `Threads`."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{key}:"):
-            return int(line.split()[1]) / 1024
+            return int(line.split()[1])
     raise KeyError(key)
+
+
+def rss_mib(pid: int | str = "self", key: str = "VmRSS") -> float:
+    """The process's resident memory (`VmHWM`: its peak) in MiB."""
+    return status_field(pid, key) / 1024
+
+
+def open_fds(pid: int | str) -> int:
+    """The file descriptors the process has open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))

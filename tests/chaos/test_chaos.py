@@ -9,35 +9,37 @@ The rows run in file order and share the system: each leaves it converged for th
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
-import grpc
 import pytest
 
 from tollgate.allocator.grpc.client import AllocatorClient
-from tollgate.models.epic import GROUP as EPIC_GROUP
-from tollgate.models.epic import VERSION as EPIC_VERSION
-from tollgate.models.routedip import GROUP as ROUTEDIP_GROUP
-from tollgate.models.routedip import VERSION as ROUTEDIP_VERSION
-from tollgate.testing.chaos import DO_CLASS, NAMESPACE, SERVICES, TABLE, System
+from tollgate.testing.chaos import (
+    NAMESPACE,
+    SERVICES,
+    TABLE,
+    System,
+    create_goop,
+    do_actions,
+    droplet,
+    goop_completed,
+    held_tunnels,
+    listener,
+    listeners,
+    placed,
+    ready_reason,
+    routed_ip,
+    routed_status,
+    serves,
+    tunnels_lost,
+    unless_retryable,
+    virtual_service,
+)
 from tollgate.testing.faultproxy import Mode, break_the_network
 from tollgate.testing.wait import eventually
-from tollgate.testing.xds import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    admin,
-    answer,
-    apply_vs,
-    port_taken,
-    read_vs,
-    udp_virtual_service,
-)
+from tollgate.testing.xds import GROUP, PLURAL, VERSION, port_taken, read_vs
 
 T = TypeVar("T")
 
@@ -45,13 +47,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 FREEZE_SECONDS = 45
 BOUND = 90  # seconds a check may take to recover: generous; the waits end as soon as the condition holds
-GOOP_GROUP, GOOP_VERSION, GOOPS = "goop.example.com", "v1alpha1", "goops"
 ROUTED_IP = "203.0.113.50"
 SECOND_ROUTED_IP = "203.0.113.51"
 CONTESTED_IP = "203.0.113.52"
 REGISTRATIONS = 40
 STILL_RUNNING = "every service still runs: none exited by itself"
-RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 def as_coroutine(probe: Callable[[], T]) -> Callable[[], Awaitable[T]]:
@@ -61,113 +61,15 @@ def as_coroutine(probe: Callable[[], T]) -> Callable[[], Awaitable[T]]:
     return run
 
 
-# ----- what a user looks at -----
-def create_goop(system: System, name: str, jobs: int = 1) -> None:
-    body = {"apiVersion": f"{GOOP_GROUP}/{GOOP_VERSION}", "kind": "Goop", "metadata": {"name": name},
-            "spec": {"cmd": "echo hello", "jobCount": jobs}}  # fmt: skip
-    system.custom.create_namespaced_custom_object(GOOP_GROUP, GOOP_VERSION, NAMESPACE, GOOPS, body)
-
-
-def goop_completed(system: System, name: str) -> bool:
-    goop = cast(
-        dict[str, Any], system.custom.get_namespaced_custom_object(GOOP_GROUP, GOOP_VERSION, NAMESPACE, GOOPS, name)
-    )
-    return (goop.get("status") or {}).get("phase") == "Completed"
-
-
-def virtual_service(system: System, name: str, port: int) -> None:
-    apply_vs(system.custom, NAMESPACE, udp_virtual_service(name, f"{name}-l", port, f"{name}-c", system.echo_target))
-
-
-async def listeners(system: System) -> set[str]:
-    """The active dynamic listeners of the Envoy (a removed one drains a while)."""
-    dump = await admin(system.envoy_ip, "/config_dump?resource=dynamic_listeners")
-    return {c["name"] for c in dump.get("configs", []) if "active_state" in c}
-
-
-def listener(name: str) -> str:
-    return f"{NAMESPACE}/{name}/{name}-l"
-
-
-async def serves(system: System, port: int) -> bool:
-    """One datagram to the Envoy's port comes back from the echo server behind it."""
-    try:
-        return await answer(system.envoy_ip, port) == "echo"
-    except (TimeoutError, ConnectionError):
-        return False
-
-
-def droplet(node: str) -> int:
-    return 400000 + int(node.rsplit("-", 1)[1])
-
-
-def routed_ip(system: System, name: str, ip: str) -> None:
-    """A RoutedIP of `ip` (a reserved IP DigitalOcean knows) for the Service web."""
-    system.fake.reserved_ips.setdefault(ip, None)
-    body = {
-        "apiVersion": f"{ROUTEDIP_GROUP}/{ROUTEDIP_VERSION}",
-        "kind": "RoutedIP",
-        "metadata": {"name": name},
-        "spec": {"className": DO_CLASS, "routedIP": ip, "serviceRef": {"serviceName": "web", "namespace": NAMESPACE}},
-    }
-    system.custom.create_namespaced_custom_object(ROUTEDIP_GROUP, ROUTEDIP_VERSION, NAMESPACE, "routedips", body)
-
-
-def routed_status(system: System, name: str) -> dict[str, Any]:
-    obj = system.custom.get_namespaced_custom_object(ROUTEDIP_GROUP, ROUTEDIP_VERSION, NAMESPACE, "routedips", name)
-    return dict(cast(dict[str, Any], obj).get("status") or {})
-
-
-def ready_reason(status: dict[str, Any]) -> tuple[str | None, str | None]:
-    ready: dict[str, str] = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
-    return ready.get("status"), ready.get("reason")
-
-
-def placed(system: System, name: str, ip: str, avoid: str | None = None) -> str | None:
-    """The node holding the RoutedIP once it is Ready there, not moving, and DigitalOcean agrees."""
-    status = routed_status(system, name)
-    node = status.get("assignedNode")
-    if not node or node == avoid or status.get("targetNode") or ready_reason(status)[0] != "True":
-        return None
-    return str(node) if system.fake.reserved_ips.get(ip) == droplet(node) else None
-
-
-def do_actions(system: System, ip: str) -> list[tuple[str, int | None]]:
-    return [(a.type, a.droplet) for a in list(system.fake.actions.values()) if a.ip == ip]
-
-
+# ----- what a user looks at (the rest is tollgate.testing.chaos) -----
 async def register(system: System, address: str, node: str, timeout: float = 5) -> int | None:
     """The tunnel ID the allocator answers a registration with; None when the call failed in a retryable way."""
     agent = system.allocator_agent
     async with AllocatorClient(f"127.0.0.1:{system.allocator_port}", agent.token, agent.channel_credentials()) as api:
-        try:
-            response = await api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            if error.code() not in RETRYABLE:
-                raise
-            return None
-    return int(response.tunnel.tunnel_id)
-
-
-def held_tunnels(system: System) -> dict[str, int]:
-    """Node address -> tunnel ID, as the load balancer's status records them."""
-    lb = system.custom.get_namespaced_custom_object(
-        EPIC_GROUP, EPIC_VERSION, f"epic-{system.account}", "loadbalancers", "lb"
-    )
-    entries = (cast(dict[str, Any], lb).get("status") or {}).get("gue-tunnel-endpoints") or {}
-    return {node: int(entry["tunnel-id"]) for node, entry in entries.items()}
-
-
-def tunnels_lost(system: System, returned: dict[str, int]) -> list[str]:
-    """What a registration lost: a node whose recorded tunnel is not the one it was given, an ID held twice."""
-    held = held_tunnels(system)
-    lost = [
-        f"node {node} was given {tid} but holds {held.get(node)}"
-        for node, tid in returned.items()
-        if held.get(node) != tid
-    ]
-    lost += [f"tunnel ID {tid} held by {count} nodes" for tid, count in Counter(held.values()).items() if count > 1]
-    return lost
+        response = await unless_retryable(
+            api.register(system.account, "lb", address, 8080, node_address=node, timeout=timeout)
+        )
+    return None if response is None else int(response.tunnel.tunnel_id)
 
 
 # ----- the rows -----
@@ -188,13 +90,7 @@ async def test_kube_apiserver_frozen_for_45_s(baseline: System) -> None:
     node = placed(system, "web", ROUTED_IP)
     actions_before = do_actions(system, ROUTED_IP)
 
-    pid = system.cluster.pids()["kube-apiserver"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        await asyncio.sleep(FREEZE_SECONDS)  # the fault itself, not a wait for a condition
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    thawed = time.monotonic()
+    thawed = await system.freeze_api_server(FREEZE_SECONDS)
     await TABLE.recover(
         fault, "the API server answers /readyz", lambda: asyncio.to_thread(system.cluster.is_ready), thawed, BOUND
     )
@@ -245,8 +141,7 @@ async def test_api_connections_half_open_while_the_cluster_changes(baseline: Sys
     virtual_service(system, "doomed", 3102)
     await eventually(lambda: serves(system, 3102), "the VirtualService doomed served", BOUND)
     holder = await eventually(as_coroutine(lambda: placed(system, "web", ROUTED_IP)), "RoutedIP web placed", BOUND)
-    for proxy in system.proxies.values():
-        proxy.set_mode(Mode.FREEZE_OPEN)
+    system.set_proxies(Mode.FREEZE_OPEN)
     frozen = time.monotonic()
     try:
         system.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "doomed")
@@ -280,8 +175,7 @@ async def test_api_connections_half_open_while_the_cluster_changes(baseline: Sys
         TABLE.lost(fault, "what ran before: the other VirtualService, one holder of the routed IP", frozen, lost)
         TABLE.lost(fault, STILL_RUNNING, frozen, system.exited())
     finally:
-        for proxy in system.proxies.values():
-            proxy.set_mode(Mode.PASS)
+        system.set_proxies(Mode.PASS)
         await asyncio.to_thread(system.nodes.restore)
 
 
