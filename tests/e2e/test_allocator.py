@@ -1072,3 +1072,71 @@ async def test_load_balancers_created_at_once_beyond_the_limit_get_nothing_until
     record = get(custom, "accounts", namespace, account)["status"]["served-load-balancers"]
     assert record == {heir: after[heir]["metadata"]["uid"]}
     cluster.kubectl("delete", "serviceprefix", prefix, "-n", "epic", "--wait=false")
+
+
+def test_a_remote_endpoint_deletion_lost_on_the_wire_is_repaired_by_the_resync(
+    cluster: EmbeddedCluster,
+    custom: client.CustomObjectsApi,
+    run_service: ServiceFactory,
+    allocator_tls: TLSEndpoint,
+    accounts: list[str],
+    tmp_path: Path,
+) -> None:
+    """The allocator never hears that a RemoteEndpoint was deleted: the watch never sends that event again, so its
+    node's tunnel would stay held for good. The resync lists the RemoteEndpoints, finds it gone, and releases the
+    tunnel as the deletion's event would have."""
+    account = user_account(cluster, {"envoy-replica-count": 0})
+    accounts.append(account)
+    namespace = f"epic-{account}"
+    node = "192.168.61.1"
+    with WatchProxy(service_account_kubeconfig(cluster, "allocator", tmp_path), tmp_path) as wire:
+        kubeconfig = str(wire.kubeconfig)
+        env = allocator_env(
+            allocator_tls,
+            KUBECONFIG=kubeconfig,
+            TOLLGATE_ALLOCATOR_KUBECONFIG=kubeconfig,
+            TOLLGATE_ALLOCATOR_XDS_ADDRESS=XDS_ADDRESS,
+            TOLLGATE_ALLOCATOR_GUE_ADDRESS=GUE_ADDRESS,
+            TOLLGATE_ALLOCATOR_RESYNC_PERIOD_SECONDS="3",
+        )
+        process = run_service("allocator", env=env)
+        try:
+            cluster.kubectl("apply", "-f", "-", stdin=json.dumps(load_balancer("lossy", account)))
+
+            def handled() -> bool:
+                """Whether kopf is done with the load balancer's current spec (it records the spec last handled)."""
+                lb = get(custom, "loadbalancers", namespace, "lossy")
+                last = (lb["metadata"].get("annotations") or {}).get("allocator.tollgate.io/last-handled-configuration")
+                return last is not None and json.loads(last)["spec"] == lb["spec"]
+
+            # Settled first: the load balancer's reconcile prunes the entries of nodes it finds no endpoint on, so
+            # one still running would repair the lost deletion in the resync's stead.
+            wait_for(handled, "the load balancer's reconciles to end", timeout=30)
+            rep = objects.with_value(
+                objects.remote_endpoint(namespace, "127.77.61.7", "lossy", "lossy-e"), "spec.node-address", node
+            )
+            objects.create(custom, rep)
+
+            def assigned() -> bool:
+                state = condition(get(custom, "remoteendpoints", namespace, "lossy-e"), "Ready")
+                return bool(state and state["reason"] == "TunnelAssigned")
+
+            wait_for(assigned, "the endpoint's tunnel", timeout=30)
+
+            def tunnels() -> dict[str, Any]:
+                status = get(custom, "loadbalancers", namespace, "lossy").get("status") or {}
+                return dict(status.get("gue-tunnel-endpoints") or {})
+
+            tunnel_id = tunnels()[node]["tunnel-id"]
+
+            wire.drop(lambda event: event["type"] == "DELETED" and event["object"]["metadata"]["name"] == "lossy-e")
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "remoteendpoints", "lossy-e")
+            wait_for(lambda: wire.dropped, "the proxy to leave out the RemoteEndpoint's deletion", timeout=30)
+            wire.drop(None)
+
+            wait_for(lambda: node not in tunnels(), "the resync to release the deleted endpoint's tunnel", timeout=30)
+            released = f"resync: released tunnel ID {tunnel_id} of the deleted RemoteEndpoint {namespace}/lossy-e"
+            wait_for(lambda: released in process.logs(), "the resync to log the release", timeout=10)
+            assert f"resync: remoteendpoints {namespace}/lossy-e was deleted without a watch event" in process.logs()
+        finally:
+            process.stop()  # before the proxy goes

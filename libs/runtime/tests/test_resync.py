@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
-from tollgate.runtime.resync import Mirror
+from tollgate.runtime.resync import Mirror, resync
 
 PLURAL = "virtualservices"
 
@@ -38,3 +40,19 @@ def test_a_watch_event_during_the_listing_wins_over_the_listing() -> None:
     mirror.record(PLURAL, obj("b", "3"))  # created meanwhile, after the listing was taken
     diff = mirror.diff(PLURAL, [obj("a", "1")], since)
     assert not diff, "neither the deleted object comes back nor the new one is removed"
+
+
+async def test_a_correction_that_does_io_is_awaited_before_the_next() -> None:
+    mirror = Mirror()
+    mirror.record(PLURAL, obj("gone", "1"))
+    applied: list[tuple[str, bool]] = []
+
+    async def apply(plural: str, body: Mapping[str, Any], deleted: bool) -> None:
+        await asyncio.sleep(0)
+        applied.append((body["metadata"]["name"], deleted))
+
+    async def list_all() -> dict[str, list[dict[str, Any]]]:
+        return {PLURAL: [obj("new", "2")]}
+
+    assert await resync(mirror, list_all, apply) == 2
+    assert applied == [("new", False), ("gone", True)]

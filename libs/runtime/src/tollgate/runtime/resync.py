@@ -22,8 +22,9 @@ log = logging.getLogger("tollgate.runtime.resync")
 Key = tuple[str, str]
 # Every watched kind's objects, by plural.
 Lister = Callable[[], Awaitable[Mapping[str, Iterable[Mapping[str, Any]]]]]
-# A correction: (plural, the object as listed or a minimal body of a deleted one, deleted).
-Apply = Callable[[str, Mapping[str, Any], bool], None]
+# A correction: (plural, the object as listed or a minimal body of a deleted one, deleted); a service whose
+# corrections do I/O returns an awaitable, awaited before the next correction.
+Apply = Callable[[str, Mapping[str, Any], bool], Awaitable[None] | None]
 # The first resync comes this soon (the watches have listed by then): an object deleted between the first listing and
 # the watches' own is seen gone within seconds, not a whole period.
 FIRST_RESYNC = 15
@@ -93,6 +94,11 @@ class Mirror:
             del self._seen[key]
 
 
+async def _applied(applying: Awaitable[None] | None) -> None:
+    if applying is not None:
+        await applying
+
+
 async def resync(mirror: Mirror, list_all: Lister, apply: Apply) -> int:
     """List everything again and apply what the watches missed; the number of objects corrected. Each correction
     is logged (`resync: pods ns/name was deleted without a watch event`)."""
@@ -104,11 +110,11 @@ async def resync(mirror: Mirror, list_all: Lister, apply: Apply) -> int:
         for obj in diff.changed:
             log.info("resync: %s %s/%s changed without a watch event", plural, *key_of(obj))
             mirror.record(plural, obj)
-            apply(plural, obj, False)
+            await _applied(apply(plural, obj, False))
         for obj in diff.gone:
             log.info("resync: %s %s/%s was deleted without a watch event", plural, *key_of(obj))
             mirror.record(plural, obj, deleted=True)
-            apply(plural, obj, True)
+            await _applied(apply(plural, obj, True))
         corrected += len(diff.changed) + len(diff.gone)
     mirror.forget_deleted(since)
     return corrected

@@ -29,6 +29,7 @@ from tollgate.allocator.rest.app import create_app
 from tollgate.allocator.rest.auth import Authenticator
 from tollgate.allocator.rest.objects import EpicObjects
 from tollgate.allocator.tunnels import BlockTunnelIDs, EpicSingleton, Metrics, SeedTunnelIDs, TunnelIDs
+from tollgate.allocator.watched import Watched
 from tollgate.models.epic import (
     AGENT_CREDENTIALS_SECRET,
     API_USERS_SECRET,
@@ -89,6 +90,12 @@ class Settings(ServiceSettings, EndpointPolicySettings):
     )
     tunnel_id_scheme: Literal["block", "seed"] = Field(
         default="block", description="block: many IDs per write to the EPIC singleton; seed: one ID per write."
+    )
+    resync_period_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the RemoteEndpoints, LoadBalancers and GWProxies are listed again to act on what the "
+        "watches missed (give or take a tenth; the first time within 15 s).",
     )
     identity: str | None = Field(default=None, description="Owner name of this replica's ID blocks (default: unique).")
     lease_seconds: int = Field(default=30, ge=3, description="How long a replica's block stays its own unrenewed.")
@@ -201,7 +208,8 @@ async def serve(settings: Settings, context: ServiceContext) -> None:
     try:
         if settings.reconcile:
             reconciler = Reconciler(kube, registry, metrics, tracer, settings.xds_address)
-            await run_operator(settings, context, build_registry(reconciler))
+            watched = Watched(reconciler, kube)
+            await run_operator(settings, context, build_registry(watched, settings.resync_period_seconds))
         else:
             await context.stop.wait()
     finally:

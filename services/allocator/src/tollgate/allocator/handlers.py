@@ -1,13 +1,15 @@
-"""The kopf handlers: thin, each reads the event and calls the Reconciler's part for its kind."""
+"""The kopf handlers: thin, each reads the event and calls the Reconciler's part for its kind (RemoteEndpoint and
+load balancer events through `Watched`, which the resync started here corrects)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import kopf
 
-from tollgate.allocator.reconcile import Reconciler
+from tollgate.allocator.watched import Watched
 from tollgate.models.epic import (
     GWPROXY_LABEL,
     LOAD_BALANCER_LABEL,
@@ -20,6 +22,7 @@ from tollgate.models.epic import (
     RemoteEndpoint,
     ServicePrefix,
 )
+from tollgate.runtime import resync
 from tollgate.runtime.operator import configure
 
 PREFIX_SWEEP_SECONDS = 60.0
@@ -35,8 +38,11 @@ def _raw(body: kopf.Body) -> dict[str, Any]:
     return copy.deepcopy(dict(body))
 
 
-def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+def build_registry(watched: Watched, resync_period: float) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+    reconciler = watched.reconciler
+    stop_resync = asyncio.Event()
+    resyncing: list[asyncio.Task[None]] = []
     account, lb, gwp, group, rep, prefix = (
         _resource(k) for k in (Account, LoadBalancer, GWProxy, LBServiceGroup, RemoteEndpoint, ServicePrefix)
     )
@@ -45,6 +51,17 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, "allocator")
+        resyncing.append(
+            asyncio.create_task(
+                resync.resync_every(resync_period, watched.mirror, watched.list_all, watched.correct, stop_resync),
+                name="resync",
+            )
+        )
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        stop_resync.set()
+        await asyncio.gather(*resyncing)
 
     @kopf.on.resume(*account, registry=registry)
     @kopf.on.create(*account, registry=registry)
@@ -70,13 +87,14 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
         if retry := await reconciler.gwproxies.reconcile(_raw(body)):
             raise kopf.TemporaryError(retry, delay=ADDRESS_RETRY_SECONDS)
 
+    # RemoteEndpoints are handled per event, without kopf's progress annotations: most are created by the gRPC
+    # path with their tunnel already assigned, and this only repairs or completes what it finds. Load balancers'
+    # deletions free what they held.
+    @kopf.on.event(*rep, registry=registry)
     @kopf.on.event(*lb, registry=registry)
     @kopf.on.event(*gwp, registry=registry)
-    async def proxy_object_event(event: kopf.RawEvent, **_: Any) -> None:
-        if event["type"] == "DELETED":
-            obj = copy.deepcopy(dict(event["object"]))
-            await reconciler.proxies.deleted(obj)
-            await reconciler.accounts.proxy_deleted(obj)
+    async def watched_event(event: kopf.RawEvent, resource: kopf.Resource, **_: Any) -> None:
+        await watched.event(resource.plural, copy.deepcopy(dict(event["object"])), event["type"] == "DELETED")
 
     # Addresses of holders deleted while no allocator watched are freed at start and then now and then.
     @kopf.on.resume(*prefix, registry=registry)
@@ -98,18 +116,6 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     async def proxy_changed(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] != "DELETED":
             await reconciler.proxies.deployment_changed(copy.deepcopy(dict(event["object"])))
-
-    # RemoteEndpoints are handled per event, without kopf's progress annotations: most are created by the gRPC
-    # path with their tunnel already assigned, and this only repairs or completes what it finds.
-    @kopf.on.event(*rep, registry=registry)
-    async def remote_endpoint_event(event: kopf.RawEvent, **_: Any) -> None:
-        obj = copy.deepcopy(dict(event["object"]))
-        deleted = event["type"] == "DELETED"
-        if deleted:
-            await reconciler.remote_endpoints.deleted(obj)
-        else:
-            await reconciler.remote_endpoints.seen(obj)
-        await reconciler.remote_endpoints.update_endpoints_matched(obj, deleted)
 
     # GWRoutes and GWEndpointSlices are the client's objects, handled per event (no progress annotations written on
     # them): any change, deletion too, converges the tunnels of the GWProxies of their namespace.

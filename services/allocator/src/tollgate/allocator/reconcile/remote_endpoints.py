@@ -142,7 +142,8 @@ class RemoteEndpoints(Part):
         if written is not None and not matched:
             await self.kube.event(written, reason, message, warning=True)
 
-    async def deleted(self, rep: JSON) -> None:
+    async def deleted(self, rep: JSON) -> int | None:
+        """The RemoteEndpoint went: the tunnel ID released with it, if its node's last endpoint went."""
         released = await self.registry.registrations.forget(rep)
         if released is not None:
             lb = await self.kube.get(LoadBalancer, rep["metadata"]["namespace"], rep["spec"]["load-balancer"])
@@ -150,3 +151,4 @@ class RemoteEndpoints(Part):
                 node = rep["spec"]["node-address"]
                 message = f"released tunnel ID {released} of node {node}: its last endpoint went"
                 await self.kube.event(lb, "TunnelReleased", message)
+        return released
