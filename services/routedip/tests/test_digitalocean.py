@@ -10,7 +10,7 @@ import pytest
 
 from tollgate.routedip.firewall import plan_firewall
 from tollgate.routedip.providers import FirewallContext, NodeTarget, ProviderError, RoutedIPRef
-from tollgate.routedip.providers.digitalocean import ALL_SOURCES, DigitalOceanClient, DigitalOceanProvider
+from tollgate.routedip.providers.digitalocean import DigitalOceanClient, DigitalOceanProvider
 from tollgate.routedip.state import NodeState, PodState, ServicePort, ServiceState, class_state
 from tollgate.runtime.backoff import Backoff
 from tollgate.testing.fakedo import FakeDigitalOcean
@@ -191,51 +191,3 @@ async def test_unassigning_from_a_deleted_node_leaves_the_ip_alone(
     await provider.assign(REF, A, None)
     await provider.unassign(REF, NodeTarget("deleted-node"))
     assert fake.reserved_ips[IP] == 400000
-
-
-async def test_the_drift_check_reads_every_reserved_ip_a_page_at_a_time(
-    fake: FakeDigitalOcean, provider: DigitalOceanProvider
-) -> None:
-    for i in range(250):
-        fake.add_reserved_ip(f"198.51.{100 + i // 200}.{i % 200}")
-    fake.reserved_ips[IP] = 400001
-    holders = await provider.holders()
-    assert len(holders) == 252 and holders[IP] == "400001" and holders["203.0.113.99"] is None
-    assert len(fake.calls("GET", "/v2/reserved_ips")) == 2, "two pages of 200"
-
-
-async def test_the_firewall_drift_is_what_changed_since_the_plan_and_applying_the_plan_puts_it_back(
-    fake: FakeDigitalOcean, provider: DigitalOceanProvider
-) -> None:
-    service = ServiceState("web", "ingress", {"app": "ingress"}, False, (ServicePort("TCP", 80, 30080),))
-    plan = plan_firewall([(service, ["worker-0"])], [], NODES, (30000, 32767))
-    await provider.apply_firewall(plan, FirewallContext(CLASS))
-    assert not await provider.firewall_drift(plan, FirewallContext(CLASS))
-
-    firewall = fake.firewalls["fw-1"]
-    firewall.inbound_rules[0]["sources"] = {"addresses": ["198.51.100.0/24"]}  # narrowed in the console
-    firewall.inbound_rules.append({"protocol": "tcp", "ports": "22", "sources": ALL_SOURCES})
-    firewall.droplet_ids.add(400002)
-    drift = await provider.firewall_drift(plan, FirewallContext(CLASS))
-    assert drift.describe("droplet", {"400002": "worker-2"}) == (
-        "rule tcp/30080 removed, droplet 400002 (worker-2) added, rule tcp/22 added, "
-        "rule tcp/30080 from 198.51.100.0/24 added"
-    )
-
-    await provider.apply_firewall(plan, FirewallContext(CLASS))
-    assert firewall.droplet_ids == {400000}
-    assert firewall.inbound_rules == [{"protocol": "tcp", "ports": "30080", "sources": ALL_SOURCES}]
-
-
-async def test_the_drift_check_waits_while_the_rate_limit_window_is_nearly_used_up(
-    fake: FakeDigitalOcean, client: DigitalOceanClient
-) -> None:
-    fake.rate_limit, fake.rate_remaining = 5000, 5000
-    await client.holder(IP)
-    assert client.busy() is None
-    fake.rate_remaining = 100
-    await client.holder(IP)
-    assert client.busy() == "100 of 5000 DigitalOcean requests left in this window"
-    fake.exhaust_rate_limit(reset_in=30)
-    await client.holder(IP)
-    assert (client.busy() or "").startswith("the DigitalOcean rate limit is reached for")

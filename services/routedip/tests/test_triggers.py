@@ -10,14 +10,7 @@ from datetime import UTC, datetime
 from tollgate.models.nodes import Taint
 from tollgate.models.routedip import MOVE_TAINT_KEY
 from tollgate.routedip.state import NodeState, PodState, RoutedIPState, ServiceState, class_state
-from tollgate.routedip.triggers import (
-    freed_by,
-    node_change_re_elects,
-    of_class,
-    of_service,
-    re_examined,
-    selecting,
-)
+from tollgate.routedip.triggers import freed_by, node_change_re_elects, of_class, of_service, selecting
 
 NODE = NodeState("a", datetime(2026, 1, 1, tzinfo=UTC), True, "Ready", provider_id="digitalocean://1")
 
@@ -80,22 +73,3 @@ def test_a_routed_ips_change_re_examines_those_it_can_free_the_address_for(
     waiting = routed_ip("edited", ip="203.0.113.9", ready_reason="Conflict")
     unrelated = routed_ip("other", ip="203.0.113.7", ready_reason="Assigned")
     assert names(freed_by(leaving, [leaving, same_address, waiting, unrelated])) == ["next", "edited"]
-
-
-def test_a_change_re_examines_what_its_state_before_and_its_state_now_concern(
-    routed_ip: Callable[..., RoutedIPState],
-) -> None:
-    services = {("a", "web"): ServiceState("a", "web", {"app": "web"}, local_traffic=True)}
-    web = routed_ip("web", service=("a", "web"))
-
-    def keys(plural: str, previous: object, current: object) -> list[tuple[str, ...]]:
-        return re_examined(plural, previous, current, lambda: [web], services.get, list)
-
-    serving = PodState("a", "web-1", {"app": "web"}, "n1", active=True)
-    relabelled = replace(serving, labels={"app": "other"})
-    assert keys("pods", serving, relabelled) == [("rip", "a", "web")], "the Service it no longer backs"
-    assert keys("pods", relabelled, relabelled) == []
-    assert keys("nodes", NODE, NODE) == [], "a heartbeat"
-    tainted = replace(NODE, taints=(Taint(MOVE_TAINT_KEY, "PreferNoSchedule", "true"),))
-    assert keys("nodes", NODE, tainted) == [("node", "a")], "the move taint, to be removed once unused"
-    assert keys("nodes", NODE, None) == [("rip", "a", "web")], "a node deleted"

@@ -1,9 +1,9 @@
 """A fake DigitalOcean API, a real HTTP server: develop and test the `digitalocean` provider without an account.
 
 It serves the endpoints the provider uses, with DigitalOcean's behaviour where it matters:
-reserved IPs (`GET /v2/reserved_ips` in pages, `GET /v2/reserved_ips/{ip}`, `POST .../actions`
-assign/unassign as asynchronous actions that complete after a few polls of `GET .../actions/{id}`, 422
-when the droplet already holds a reserved IP or the IP is already assigned to it), firewalls (`GET /v2/firewalls/{id}`,
+reserved IPs (`GET /v2/reserved_ips/{ip}`, `POST .../actions` assign/unassign as asynchronous actions
+that complete after a few polls of `GET .../actions/{id}`, 422 when the droplet already holds a
+reserved IP or the IP is already assigned to it), firewalls (`GET /v2/firewalls/{id}`,
 `POST/DELETE .../droplets` and `.../rules`), bearer-token authentication (401), and `ratelimit-*`
 headers on every answer. Faults are injected per request: 429 with `Retry-After`, 5xx, anything.
 
@@ -18,7 +18,6 @@ import itertools
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,7 +120,6 @@ class FakeDigitalOcean:
     # ----- server -----
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application(middlewares=[self._middleware])
-        app.router.add_get("/v2/reserved_ips", self._list_ips)
         app.router.add_get("/v2/reserved_ips/{ip}", self._get_ip)
         app.router.add_post("/v2/reserved_ips/{ip}/actions", self._post_action)
         app.router.add_get("/v2/reserved_ips/{ip}/actions/{id}", self._get_action)
@@ -176,32 +174,23 @@ class FakeDigitalOcean:
         response.headers.update(headers)
         return response
 
-    def _reserved_ip(self, ip: str) -> dict[str, Any]:
-        droplet = self.reserved_ips[ip]
-        return {
-            "ip": ip,
-            "droplet": {"id": droplet, "name": f"droplet-{droplet}"} if droplet is not None else None,
-            "region": {"slug": "nyc3"},
-            "locked": any(a.ip == ip and a.status == "in-progress" for a in self.actions.values()),
-        }
-
-    async def _list_ips(self, request: web.Request) -> web.Response:
-        """A page of the account's reserved IPs (`page` from 1, `per_page` up to 200, DigitalOcean's default 20),
-        with `links.pages.next` while there are more."""
-        page = max(1, int(request.query.get("page", "1")))
-        per_page = min(200, max(1, int(request.query.get("per_page", "20"))))
-        ips = sorted(self.reserved_ips)
-        chosen = ips[(page - 1) * per_page : page * per_page]
-        pages = {"next": f"{self.url}/v2/reserved_ips?page={page + 1}&per_page={per_page}"}
-        links = {"pages": pages} if page * per_page < len(ips) else {}
-        body = {"reserved_ips": [self._reserved_ip(ip) for ip in chosen], "links": links, "meta": {"total": len(ips)}}
-        return _json(200, body)
-
     async def _get_ip(self, request: web.Request) -> web.Response:
         ip = request.match_info["ip"]
         if ip not in self.reserved_ips:
             return _json(404, {"id": "not_found", "message": "The resource you were accessing could not be found."})
-        return _json(200, {"reserved_ip": self._reserved_ip(ip)})
+        droplet = self.reserved_ips[ip]
+        locked = any(a.ip == ip and a.status == "in-progress" for a in self.actions.values())
+        return _json(
+            200,
+            {
+                "reserved_ip": {
+                    "ip": ip,
+                    "droplet": {"id": droplet, "name": f"droplet-{droplet}"} if droplet is not None else None,
+                    "region": {"slug": "nyc3"},
+                    "locked": locked,
+                }
+            },
+        )
 
     async def _post_action(self, request: web.Request) -> web.Response:
         ip = request.match_info["ip"]
@@ -317,36 +306,6 @@ class FakeDigitalOceanThread:
         asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-
-
-def call_as_a_user(url: str, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One call to the API as a person makes it (from the console, doctl or curl): with the account's token, over
-    HTTP. Returns the decoded answer ({} when empty); an HTTP error raises urllib's HTTPError."""
-    request = urllib.request.Request(
-        f"{url}{path}",
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        text = response.read().decode()
-    return dict(json.loads(text)) if text.strip() else {}
-
-
-def assign_as_a_user(url: str, token: str, ip: str, droplet: int, timeout: float = 10) -> None:
-    """Assign a reserved IP to a droplet as a person would behind the controller's back: the assign action, then
-    its status polled until it completed."""
-    action = call_as_a_user(
-        url, token, "POST", f"/v2/reserved_ips/{ip}/actions", {"type": "assign", "droplet_id": droplet}
-    )
-    deadline = time.monotonic() + timeout
-    while (
-        call_as_a_user(url, token, "GET", f"/v2/reserved_ips/{ip}/actions/{action['action']['id']}")["action"]["status"]
-        != "completed"
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"assigning {ip} to droplet {droplet} did not complete in {timeout} s")
-        time.sleep(0.1)
 
 
 async def _serve(args: argparse.Namespace) -> None:

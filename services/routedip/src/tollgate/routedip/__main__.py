@@ -34,18 +34,6 @@ class Settings(ControllerSettings, RoutedIPTrustSettings):
         description="Comma-separated names of the Secrets the controller may read (the chart's tokenSecrets): a "
         "class naming another gets Accepted=False SecretNotAllowed. Unset: any Secret of its namespace.",
     )
-    resync_period_s: float = Field(
-        default=180,
-        gt=0,
-        description="List every watched kind again this often (give or take a tenth) and apply what the watches "
-        "missed (a deletion, say).",
-    )
-    drift_period_s: float = Field(
-        default=60,
-        ge=0,
-        description="Read back what each class's provider holds this often (give or take a tenth) and put back an "
-        "IP or a firewall rule changed behind the controller's back; 0: never.",
-    )
     failpoints: str = Field(
         default="",
         description=f"Comma-separated crash points for resilience tests ({', '.join(FAILPOINTS)}): the process exits "
@@ -69,9 +57,6 @@ async def main(settings: Settings, context: ServiceContext) -> None:
         token_secrets=None
         if settings.token_secrets is None
         else frozenset(name.strip() for name in settings.token_secrets.split(",") if name.strip()),
-        namespace=settings.namespace,
-        resync_period=settings.resync_period_s,
-        drift_period=settings.drift_period_s,
     )
     controller = Controller(kube, config, context.telemetry)
     try:

@@ -18,9 +18,3 @@ class ControllerConfig:
     trust: Trust = field(default_factory=Trust)
     # The Secrets the controller may read (the chart's tokenSecrets); None: any of its namespace.
     token_secrets: frozenset[str] | None = None
-    # The namespace whose objects the namespaced kinds' watches (and listings) cover; None: every namespace.
-    namespace: str | None = None
-    # Seconds between two listings of every watched kind that correct what the watches missed.
-    resync_period: float = 180.0
-    # Seconds between two drift checks (what the providers hold, read back and put right); 0: none.
-    drift_period: float = 60.0

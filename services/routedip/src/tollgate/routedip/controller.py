@@ -1,32 +1,27 @@
-"""The controller: a work queue of routed IPs (and classes, and nodes to untaint), fed by the watch events and the
-resync's corrections (`triggers` names what each change re-examines), drained by workers that run one reconcile a key
+"""The controller: a work queue of routed IPs (and classes, and nodes to untaint), fed by the kopf handlers
+(`triggers` names what each change re-examines), drained by workers that run one reconcile a key
 (`reconcile.py`; the move itself: `mover.py`) and retry what failed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from tollgate.routedip import metrics as routedip_metrics
 from tollgate.routedip import triggers
-from tollgate.routedip.audit import Auditor
-from tollgate.routedip.cache import Cache, Key, Requeue
+from tollgate.routedip.cache import Cache, Indexes, Key, Requeue
 from tollgate.routedip.config import ControllerConfig
-from tollgate.routedip.drift import Drifts
 from tollgate.routedip.k8s import Kube
 from tollgate.routedip.mover import Mover
 from tollgate.routedip.providers import ProviderError
 from tollgate.routedip.providers.factory import Providers
 from tollgate.routedip.reconcile import Reconciler
 from tollgate.routedip.records import Records, involved
+from tollgate.routedip.state import NodeState, PodState, RoutedIPState
 from tollgate.routedip.steps import failure_reason, provider_retry_after
-from tollgate.runtime import resync
-from tollgate.runtime.backoff import until_done
-from tollgate.runtime.resync import Mirror
 from tollgate.runtime.telemetry import Telemetry
 from tollgate.runtime.workqueue import QueueClosed, WorkQueue
 
@@ -43,79 +38,81 @@ class Controller:
     def __post_init__(self) -> None:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.cache = Cache()
-        self.mirror = Mirror()
+        self.synced = asyncio.Event()
         self.providers = Providers(
             self.kube, self.config.system_namespace, self.config.job_wait_timeout, self.config.trust
         )
         self.records = Records(self.kube, self.cache)
         meter = self.telemetry.meter("tollgate.routedip")
-        self.mover = Mover(
-            self.kube, self.cache, self.records, self.queue, self.config.failpoints, meter, self.now, Drifts()
-        )
+        self.mover = Mover(self.kube, self.cache, self.records, self.queue, self.config.failpoints, meter, self.now)
         self.reconciler = Reconciler(
             self.kube, self.cache, self.records, self.mover, self.providers, self.queue, self.config
         )
-        self.auditor = Auditor(self.cache, self.providers, self.reconciler, self.mover, self.queue)
-        self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._nodes_seen: dict[str, NodeState] = {}
+        self._workers: list[asyncio.Task[None]] = []
         self.tracer = self.telemetry.tracer("tollgate.routedip")
         self.errors = routedip_metrics.RECONCILE_ERRORS.create(meter)
 
     # ----- lifecycle -----
-    async def start(self) -> None:
-        """Fill the cache with a first listing of every watched kind, then start the workers, the resync and the
-        drift check. Called from kopf's startup handler: kopf starts its watches only after it, so no watch event
-        can be older than this listing."""
-        listing = await until_done(self._list, "listing the watched kinds", self._stopping)
-        for plural, items in listing.items():
-            for obj in items:
-                self.mirror.record(plural, obj)
-                self.observe(plural, obj, False)
-        log.info("cache filled: %s", ", ".join(f"{len(items)} {plural}" for plural, items in listing.items()))
-        self._tasks = [
+    def start(self, indexes: Indexes) -> None:
+        self.cache.indexes = indexes
+        self._workers = [
             asyncio.create_task(self._work(), name=f"routedip-worker-{i}") for i in range(self.config.workers)
         ]
-        self._tasks.append(
-            asyncio.create_task(
-                resync.resync_every(self.config.resync_period, self.mirror, self._list, self.observe, self._stopping),
-                name="routedip-resync",
-            )
-        )
-        self._tasks.append(
-            asyncio.create_task(self.auditor.run(self.config.drift_period, self._stopping), name="routedip-drift")
-        )
 
     async def stop(self) -> None:
-        self._stopping.set()
         self.queue.close()
-        for task in self._tasks:
+        for task in self._workers:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
         await self.records.close()
         await self.providers.close()
 
-    async def _list(self) -> dict[str, list[dict[str, Any]]]:
-        return await self.kube.list_watched(self.config.namespace)
+    def mark_synced(self) -> None:
+        """Called from every kopf event handler: kopf runs them only once every index is populated."""
+        self.synced.set()
 
     # ----- what changes trigger -----
-    def watched(self, plural: str, body: Mapping[str, Any], deleted: bool) -> None:
-        """A watch event (from kopf's event handlers)."""
-        self.mirror.record(plural, body, deleted)
-        self.observe(plural, body, deleted)
+    def _queue_routed_ips(self, routed_ips: list[RoutedIPState]) -> None:
+        for rip in routed_ips:
+            self.queue.add(("rip", *rip.key))
 
-    def observe(self, plural: str, body: Mapping[str, Any], deleted: bool) -> None:
-        """A watch event or the resync's correction: into the cache, then queue what the change re-examines (the
-        echo of the controller's own status write re-examines nothing)."""
-        previous, current = self.cache.observe(plural, body, deleted)
-        if plural == "routedips" and current is not None and self.cache.is_own_write(current):
+    def node_changed(self, name: str, node: NodeState | None) -> None:
+        self.cache.changed()
+        previous = self._nodes_seen.get(name)
+        if node is None:
+            self._nodes_seen.pop(name, None)
+        else:
+            self._nodes_seen[name] = node
+        if node is not None and node.move_tainted:
+            self.queue.add(("node", name))
+        if triggers.node_change_re_elects(previous, node):
+            self._queue_routed_ips(self.cache.routed_ips())
+
+    def service_changed(self, namespace: str, name: str) -> None:
+        self.cache.changed()
+        self._queue_routed_ips(triggers.of_service(self.cache.routed_ips(), namespace, name))
+
+    def pod_changed(self, pod: PodState) -> None:
+        self.cache.changed()
+        self._queue_routed_ips(triggers.selecting(self.cache.routed_ips(), pod, self.cache.service))
+
+    def class_changed(self, name: str) -> None:
+        self.cache.changed()
+        self.queue.add(("class", name))
+        self._queue_routed_ips(triggers.of_class(self.cache.routed_ips(), name, self.cache.all_classes()))
+
+    def routed_ip_changed(self, rip: RoutedIPState, deleted: bool) -> None:
+        self.cache.changed()
+        if not deleted and self.cache.is_own_write(rip):
             return
-        cache = self.cache
-        for key in triggers.re_examined(plural, previous, current, cache.routed_ips, cache.service, cache.all_classes):
-            self.queue.add(key)
+        self._queue_routed_ips(triggers.freed_by(rip, self.cache.routed_ips()))
+        self.queue.add(("rip", *rip.key))
 
     # ----- workers -----
     async def _work(self) -> None:
+        await self.synced.wait()
         while True:
             try:
                 key = await self.queue.get()

@@ -63,43 +63,6 @@ class FirewallPlan:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class FirewallDrift:
-    """How a class's firewall differs from the plan last applied: machines (by machine ID) and port rules it lacks,
-    and machines and rules (as the provider shows them) it has beyond the plan."""
-
-    missing_machines: tuple[str, ...] = ()
-    missing_ports: tuple[PortRule, ...] = ()
-    extra_machines: tuple[str, ...] = ()
-    extra_rules: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.missing_machines or self.missing_ports or self.extra_machines or self.extra_rules)
-
-    def describe(self, machine: str, names: Mapping[str, str]) -> str:
-        """What changed, e.g. `droplet 400002 (node-b) taken out, rule tcp/30080 removed`: `machine` is the
-        provider's word for a machine, `names` the node of each machine ID the cluster knows."""
-
-        def machines(ids: tuple[str, ...]) -> list[str]:
-            return [f"{machine} {id_}" + (f" ({names[id_]})" if id_ in names else "") for id_ in ids]
-
-        return ", ".join(
-            [
-                *(f"{m} taken out" for m in machines(self.missing_machines)),
-                *(f"rule {port} removed" for port in self.missing_ports),
-                *(f"{m} added" for m in machines(self.extra_machines)),
-                *(f"rule {rule} added" for rule in self.extra_rules),
-            ]
-        )
-
-    def concerns(self, plan: FirewallPlan, node: str) -> bool:
-        """Whether the drift closed what `plan` opens for `node`: its machine taken out, or one of its ports."""
-        opened = plan.nodes.get(node)
-        if opened is None or not opened.ports:
-            return False
-        return opened.machine_id in self.missing_machines or bool(opened.ports & set(self.missing_ports))
-
-
 def machine_id(provider_id: str | None) -> str | None:
     """`digitalocean://123` -> `123`; `aws:///us-east-1a/i-0abc` -> `i-0abc`; None when there is none."""
     if not provider_id:

@@ -23,17 +23,6 @@ from tollgate.runtime.kube import api_client
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 REPORTING_COMPONENT = "tollgate-routedip"
-# The kinds the controller watches, by plural: (API group, version, namespaced).
-WATCHED = {
-    "nodes": ("", "v1", False),
-    "services": ("", "v1", True),
-    "endpointslices": ("discovery.k8s.io", "v1", True),
-    "pods": ("", "v1", True),
-    "routedips": (GROUP, VERSION, True),
-    "clusterroutedipclasses": (GROUP, VERSION, False),
-}
-# Objects per page of a listing: a cluster's pods come in pages rather than in one answer of any size.
-LIST_PAGE = 500
 
 
 def _path(*parts: str) -> str:
@@ -73,25 +62,6 @@ class Kube:
         return await loop.run_in_executor(
             self._executor, lambda: self._request_sync(method, path, body, content_type, **query)
         )
-
-    # Listings of the watched kinds (the first one, and the resync's)
-    async def list_kind(self, plural: str, namespace: str | None) -> list[JSON]:
-        """Every object of a watched kind (of the namespaced ones, in `namespace` when given), page by page."""
-        group, version, namespaced = WATCHED[plural]
-        prefix = ("api", version) if not group else ("apis", group, version)
-        path = _path(*prefix, *(("namespaces", namespace) if namespaced and namespace else ()), plural)
-        items: list[JSON] = []
-        token = ""
-        while True:
-            page = await self.request("GET", path, limit=str(LIST_PAGE), **({"continue": token} if token else {}))
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
-
-    async def list_watched(self, namespace: str | None) -> dict[str, list[JSON]]:
-        """Every watched kind's objects, by plural."""
-        return {plural: await self.list_kind(plural, namespace) for plural in WATCHED}
 
     # RoutedIPs and classes
     async def patch_routed_ip_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> JSON:

@@ -10,8 +10,3 @@ MOVE_DURATION = METRICS.histogram(
     "move_duration", "From the first step of a move to its record in the status.", labels=("class",)
 )
 RECONCILE_ERRORS = METRICS.counter("reconcile_errors", "Reconciles that failed.", labels=("kind",))
-DRIFT_CORRECTIONS = METRICS.counter(
-    "drift_corrections",
-    "What a provider held otherwise than routedip recorded (an IP moved, a firewall changed), put back.",
-    labels=("class", "what"),
-)

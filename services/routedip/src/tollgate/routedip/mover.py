@@ -32,11 +32,10 @@ from tollgate.models.base import now_rfc3339
 from tollgate.models.routedip import parse_port_range
 from tollgate.routedip import metrics as routedip_metrics
 from tollgate.routedip.cache import Cache, Key, Requeue
-from tollgate.routedip.drift import Drifts, node_names
 from tollgate.routedip.election import Decision, ElectionInput, backing_nodes, class_usage, decide
 from tollgate.routedip.firewall import FirewallPlan, nodes_to_open, plan_firewall
 from tollgate.routedip.k8s import Kube
-from tollgate.routedip.providers import FirewallContext, NodeTarget, Provider, ReadBack, RoutedIPRef
+from tollgate.routedip.providers import FirewallContext, NodeTarget, Provider, RoutedIPRef
 from tollgate.routedip.records import UNCHANGED, Records, involved, involved_class
 from tollgate.routedip.state import ClassState, RoutedIPState
 from tollgate.routedip.steps import (
@@ -62,17 +61,15 @@ class Mover:
     failpoints: frozenset[str]
     meter: metrics.Meter
     now: Callable[[], datetime]
-    drifts: Drifts
 
     def __post_init__(self) -> None:
         self._class_locks: KeyedLocks[str] = KeyedLocks()
         self._node_locks: KeyedLocks[str] = KeyedLocks()
         self._firewall_locks: KeyedLocks[str] = KeyedLocks()
-        self._firewall_applied: dict[str, tuple[str, FirewallPlan]] = {}  # class -> (fingerprint, plan) last applied
+        self._firewall_applied: dict[str, str] = {}
         self._reserving: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (className, node) being written
         self.moves = routedip_metrics.MOVES.create(self.meter)
         self.move_seconds = routedip_metrics.MOVE_DURATION.create(self.meter)
-        self.corrections = routedip_metrics.DRIFT_CORRECTIONS.create(self.meter)
 
     def failpoint(self, name: str) -> None:
         """Crash here, as a power cut would, when the failpoint is armed (TOLLGATE_ROUTEDIP_FAILPOINTS)."""
@@ -184,8 +181,6 @@ class Mover:
     async def settle(self, rip: RoutedIPState, cls: ClassState, provider: Provider, decision: Decision) -> None:
         """No move in progress: record why the IP stays where it is."""
         holder = rip.placement.assigned
-        if decision.action in ("keep", "wait"):
-            await self.put_back(rip, cls, provider)
         if decision.action == "keep":
             await self.apply_firewall(cls, provider)
             await self.records.write_status(rip, ready=("True", "Assigned", f"{rip.ip} is assigned to {holder}"))
@@ -205,20 +200,6 @@ class Mover:
                 await self.apply_firewall(cls, provider)
             if await self.records.transition(rip, "False", "NoEligibleNode", decision.reason):
                 self.records.event(involved(rip), "Warning", "NoEligibleNode", decision.reason)
-
-    async def put_back(self, rip: RoutedIPState, cls: ClassState, provider: Provider) -> None:
-        """Assign the IP to its holder again when the drift check found it elsewhere (`drift.py`)."""
-        found = self.drifts.take(rip)
-        if found is None:
-            return
-        ref = RoutedIPRef(rip.namespace, rip.name, rip.uid, rip.ip)
-        try:
-            await provider.assign(ref, NodeTarget.of(found.node, self.cache.nodes()), None)
-        except Exception:
-            self.drifts.note(found)  # for the RoutedIP's retry
-            raise
-        self.records.event(involved(rip), "Warning", "DriftCorrected", found.message())
-        self.corrections.add(1, {"class": cls.name, "what": "assignment"})
 
     # ----- the move taint -----
     async def taint(self, node: str) -> None:
@@ -297,40 +278,16 @@ class Mover:
             else:
                 plan = self.firewall_plan(cls, extra, excluding)
             fingerprint = f"{cls.generation}:{plan.fingerprint()}"
-            if self._firewall_applied.get(cls.name, ("", None))[0] == fingerprint:
+            if self._firewall_applied.get(cls.name) == fingerprint:
                 return
             await provider.apply_firewall(plan, FirewallContext(cls))
-            self._firewall_applied[cls.name] = (fingerprint, plan)
+            self._firewall_applied[cls.name] = fingerprint
         opened = {name: n for name, n in plan.nodes.items() if n.ports}
         summary = "; ".join(
             f"{name} ({n.machine_id or 'no machine ID'}): {', '.join(str(p) for p in sorted(n.ports))}"
             for name, n in sorted(opened.items())
         )
         self.records.event(involved_class(cls), "Normal", "FirewallUpdated", f"allowing {summary or 'nothing'}")
-
-    async def audit_firewall(
-        self, cls: ClassState, provider: Provider, reader: ReadBack, held: list[RoutedIPState]
-    ) -> None:
-        """Make the class's firewall the plan last applied again when the provider shows it otherwise, and say so on
-        the class and on the `held` RoutedIPs whose ports it had closed."""
-        async with self._firewall_locks.hold(cls.name):
-            applied = self._firewall_applied.get(cls.name)
-            if applied is None:
-                return  # nothing applied since this controller started: the next reconcile applies the plan
-            plan = applied[1]
-            drift = await reader.firewall_drift(plan, FirewallContext(cls))
-            if not drift:
-                return
-            await provider.apply_firewall(plan, FirewallContext(cls))
-        changes = drift.describe(reader.machine, node_names(self.cache.nodes()))
-        what = f"the firewall was changed behind routedip's back ({changes})"
-        self.records.event(involved_class(cls), "Warning", "DriftCorrected", f"{what}: made as planned again")
-        for rip in held:
-            node = rip.placement.assigned
-            if node is not None and drift.concerns(plan, node):
-                message = f"{what}: {rip.ip}'s ports are open on {node} again"
-                self.records.event(involved(rip), "Warning", "DriftCorrected", message)
-        self.corrections.add(1, {"class": cls.name, "what": "firewall"})
 
     def forget_class(self, name: str) -> None:
         """The class is gone: its firewall is applied afresh if it comes back."""

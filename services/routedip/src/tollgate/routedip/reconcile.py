@@ -72,7 +72,6 @@ class Reconciler:
         if rip is None:
             self.cache.forget(key)
             self.records.forget(key)
-            self.mover.drifts.forget(key)
             return
         if rip.deleting:
             if needs_release(rip, FINALIZER, self.records.released.get(key)):

@@ -1,6 +1,6 @@
 """Slim, immutable views of the objects the controller watches, parsed from raw API bodies (no I/O).
 
-The controller's cache holds these instead of whole objects: they keep only what election, firewall planning
+The kopf indexes hold these instead of whole objects: they keep only what election, firewall planning
 and the move need, and compare equal when nothing that matters changed.
 """
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
-from tollgate.routedip.firewall import FirewallDrift, FirewallPlan, machine_id
+from tollgate.routedip.firewall import FirewallPlan, machine_id
 from tollgate.routedip.state import ClassState, NodeState
 
 
@@ -64,20 +64,3 @@ class Provider(Protocol):
 
     async def apply_firewall(self, plan: FirewallPlan, context: FirewallContext) -> None:
         """Make the class's firewall allow exactly what `plan` lists."""
-
-
-@runtime_checkable
-class ReadBack(Protocol):
-    """A provider that can tell what it holds now, for the drift check (`audit.py`): `digitalocean`. The `local`
-    provider's records and the `job` provider's Jobs tell nothing the controller did not write itself."""
-
-    machine: str  # the provider's word for a machine, in messages: "droplet"
-
-    def busy(self) -> str | None:
-        """Why a drift check should wait (the provider's rate limit nearly used up, say); None: it may go."""
-
-    async def holders(self) -> Mapping[str, str | None]:
-        """Every IP the provider knows of, with the machine ID holding it (None: none)."""
-
-    async def firewall_drift(self, plan: FirewallPlan, context: FirewallContext) -> FirewallDrift:
-        """How the class's firewall differs from `plan` (empty: as planned, or the provider keeps no firewall)."""

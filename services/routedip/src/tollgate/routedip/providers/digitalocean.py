@@ -6,9 +6,7 @@
   reserved IP) is answered by asking who holds the IP: the target means done, anything else an error.
 - Unassigning first asks who holds the IP, and only unassigns it from the droplet it was asked about.
 - The class's firewall (`spec.digitalocean.firewallID`) is dedicated to it: its droplets and inbound
-  rules (a rule is its protocol, ports and sources) are made exactly what the plan lists.
-- Read back for the drift check: every reserved IP of the account in one paged listing (200 a page), the
-  firewall in one read.
+  rules are made exactly what the plan lists.
 - Requests honour `ratelimit-remaining` / `ratelimit-reset` (waiting for the window when it is used
   up), 429 with `Retry-After`, and retry 5xx and connection errors with a growing backoff.
 """
@@ -19,13 +17,12 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from tollgate.routedip.firewall import FirewallDrift, FirewallPlan, PortRule
+from tollgate.routedip.firewall import FirewallPlan
 from tollgate.routedip.providers import FirewallContext, NodeTarget, ProviderError, RoutedIPRef
 from tollgate.runtime.backoff import Backoff
 
@@ -33,11 +30,6 @@ log = logging.getLogger("tollgate.routedip.digitalocean")
 ALL_SOURCES = {"addresses": ["0.0.0.0/0", "::/0"]}
 FIREWALL_PROTOCOLS = ("tcp", "udp")
 RETRY = Backoff(base=0.5, cap=60.0, jitter=0.5)
-# Reserved IPs per page of a listing: DigitalOcean's largest page.
-PAGE = 200
-# A request that can wait (the drift check) waits while less than this share of the rate-limit window is left, so
-# that the moves have it.
-SPARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -75,7 +67,6 @@ class DigitalOceanClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._resume_at = 0.0  # monotonic time before which the rate-limit window is used up
-        self._remaining: tuple[int, int] | None = None  # (requests left, limit) of the window, as last told
         self.rate_limited = 0
 
     async def close(self) -> None:
@@ -92,21 +83,10 @@ class DigitalOceanClient:
         return self._session
 
     def _note_rate_limit(self, headers: Any) -> None:
-        remaining, reset, limit = (headers.get(f"ratelimit-{h}") for h in ("remaining", "reset", "limit"))
-        if remaining is not None and limit is not None and remaining.strip().isdigit() and limit.strip().isdigit():
-            self._remaining = (int(remaining), int(limit))
+        remaining, reset = headers.get("ratelimit-remaining"), headers.get("ratelimit-reset")
         if remaining is not None and reset is not None and remaining.strip() == "0":
             wait = min(self.max_wait, max(0.0, float(reset) - time.time()))
             self._resume_at = max(self._resume_at, time.monotonic() + wait)
-
-    def busy(self) -> str | None:
-        """Why a request that can wait should (the rate-limit window used up, or nearly); None: it may go."""
-        pause = self._resume_at - time.monotonic()
-        if pause > 0:
-            return f"the DigitalOcean rate limit is reached for {pause:.0f} s more"
-        if self._remaining is not None and self._remaining[0] < self._remaining[1] * SPARE:
-            return f"{self._remaining[0]} of {self._remaining[1]} DigitalOcean requests left in this window"
-        return None
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Response:
         """One API call with retries; returns every non-retried answer (2xx and 4xx) to the caller."""
@@ -153,20 +133,8 @@ class DigitalOceanClient:
             raise ProviderError(f"reserved IP {ip} does not exist in this DigitalOcean account", reason="IPNotFound")
         if response.status != 200:
             raise ProviderError(f"reading reserved IP {ip}: {response.message}")
-        return _droplet_of(response.body.get("reserved_ip") or {})
-
-    async def reserved_ips(self) -> dict[str, int | None]:
-        """Every reserved IP of the account with the droplet holding it (None: none), a page per request."""
-        found: dict[str, int | None] = {}
-        page = 1
-        while True:
-            response = await self.request("GET", f"/v2/reserved_ips?page={page}&per_page={PAGE}")
-            if response.status != 200:
-                raise ProviderError(f"listing the reserved IPs: {response.message}")
-            found.update({str(item["ip"]): _droplet_of(item) for item in response.body.get("reserved_ips") or []})
-            if not ((response.body.get("links") or {}).get("pages") or {}).get("next"):
-                return found
-            page += 1
+        droplet = (response.body.get("reserved_ip") or {}).get("droplet")
+        return int(droplet["id"]) if droplet else None
 
     async def act(self, ip: str, action: dict[str, Any]) -> Response:
         return await self.request("POST", f"/v2/reserved_ips/{ip}/actions", action)
@@ -190,11 +158,6 @@ class DigitalOceanClient:
             await asyncio.sleep(self.poll_interval)
 
 
-def _droplet_of(reserved_ip: Mapping[str, Any]) -> int | None:
-    droplet = reserved_ip.get("droplet")
-    return int(droplet["id"]) if droplet else None
-
-
 def droplet_id(node: NodeTarget) -> int:
     machine = node.machine_id
     if not node.provider_id or not node.provider_id.startswith("digitalocean://") or not (machine or "").isdigit():
@@ -205,63 +168,8 @@ def droplet_id(node: NodeTarget) -> int:
     return int(machine or 0)
 
 
-RuleKey = tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]
-
-
-def rule_key(rule: Mapping[str, Any]) -> RuleKey:
-    """An inbound rule as DigitalOcean compares rules: protocol, ports and sources (each kind's values, in order)."""
-    sources = tuple(
-        sorted(
-            (kind, tuple(sorted(map(str, values)))) for kind, values in (rule.get("sources") or {}).items() if values
-        )
-    )
-    return (str(rule.get("protocol")), str(rule.get("ports")), sources)
-
-
-def describe_rule(rule: Mapping[str, Any]) -> str:
-    """`tcp/22`, or `tcp/22 from 198.51.100.0/24` for a rule not open to every address."""
-    protocol, ports, sources = rule_key(rule)
-    if sources == rule_key({"sources": ALL_SOURCES})[2]:
-        return f"{protocol}/{ports}"
-    return f"{protocol}/{ports} from {', '.join(value for _, values in sources for value in values) or 'nowhere'}"
-
-
-@dataclass(frozen=True)
-class FirewallChanges:
-    """What makes a firewall the plan's: droplets and inbound rules to add and to remove."""
-
-    add_droplets: list[int]
-    add_rules: list[dict[str, Any]]
-    remove_rules: list[dict[str, Any]]
-    remove_droplets: list[int]
-
-    def drift(self) -> FirewallDrift:
-        """The changes as a drift from the plan: what the firewall lacks, and what it has beyond."""
-        return FirewallDrift(
-            missing_machines=tuple(str(d) for d in self.add_droplets),
-            missing_ports=tuple(PortRule(r["protocol"], int(r["ports"])) for r in self.add_rules),
-            extra_machines=tuple(str(d) for d in self.remove_droplets),
-            extra_rules=tuple(describe_rule(r) for r in self.remove_rules),
-        )
-
-
-def firewall_changes(firewall: Mapping[str, Any], plan: FirewallPlan) -> FirewallChanges:
-    """The changes that make `firewall` (as `GET /v2/firewalls/{id}` shows it) allow exactly what `plan` lists."""
-    have_droplets = {int(d) for d in firewall.get("droplet_ids") or []}
-    want_droplets = {int(m) for m in plan.machine_ids()}
-    have_rules = {rule_key(r): r for r in firewall.get("inbound_rules") or []}
-    wanted = [
-        {"protocol": p.protocol, "ports": str(p.port), "sources": ALL_SOURCES}
-        for p in plan.all_ports()
-        if p.protocol in FIREWALL_PROTOCOLS
-    ]
-    want_rules = {rule_key(r): r for r in wanted}
-    return FirewallChanges(
-        add_droplets=sorted(want_droplets - have_droplets),
-        add_rules=[r for k, r in sorted(want_rules.items()) if k not in have_rules],
-        remove_rules=[r for k, r in sorted(have_rules.items()) if k not in want_rules],
-        remove_droplets=sorted(have_droplets - want_droplets),
-    )
+def rule_key(rule: dict[str, Any]) -> tuple[str, str]:
+    return (str(rule.get("protocol")), str(rule.get("ports")))
 
 
 class DigitalOceanProvider:
@@ -306,31 +214,29 @@ class DigitalOceanProvider:
                 f"nodes without a droplet ID in spec.providerID: {', '.join(unresolved)}", reason="NotADroplet"
             )
         path = f"/v2/firewalls/{self.firewall_id}"
-        changes = firewall_changes(await self._read_firewall(), plan)
-        await self._change(path, "droplets", "POST", {"droplet_ids": changes.add_droplets})
-        await self._change(path, "rules", "POST", {"inbound_rules": changes.add_rules})
-        await self._change(path, "rules", "DELETE", {"inbound_rules": changes.remove_rules})
-        await self._change(path, "droplets", "DELETE", {"droplet_ids": changes.remove_droplets})
-
-    async def _read_firewall(self) -> dict[str, Any]:
-        response = await self.client.request("GET", f"/v2/firewalls/{self.firewall_id}")
+        response = await self.client.request("GET", path)
         if response.status != 200:
             raise ProviderError(f"reading firewall {self.firewall_id}: {response.message}", reason="FirewallNotFound")
-        return dict(response.body.get("firewall") or {})
-
-    # ----- read back, for the drift check -----
-    machine = "droplet"
-
-    def busy(self) -> str | None:
-        return self.client.busy()
-
-    async def holders(self) -> dict[str, str | None]:
-        return {ip: None if d is None else str(d) for ip, d in (await self.client.reserved_ips()).items()}
-
-    async def firewall_drift(self, plan: FirewallPlan, context: FirewallContext) -> FirewallDrift:
-        if not self.firewall_id:
-            return FirewallDrift()
-        return firewall_changes(await self._read_firewall(), plan).drift()
+        firewall = response.body.get("firewall") or {}
+        have_droplets = {int(d) for d in firewall.get("droplet_ids") or []}
+        want_droplets = {int(m) for m in plan.machine_ids()}
+        have_rules = {rule_key(r): r for r in firewall.get("inbound_rules") or []}
+        want_rules = {
+            (p.protocol, str(p.port)): {"protocol": p.protocol, "ports": str(p.port), "sources": ALL_SOURCES}
+            for p in plan.all_ports()
+            if p.protocol in FIREWALL_PROTOCOLS
+        }
+        await self._change(path, "droplets", "POST", {"droplet_ids": sorted(want_droplets - have_droplets)})
+        await self._change(
+            path, "rules", "POST", {"inbound_rules": [r for k, r in sorted(want_rules.items()) if k not in have_rules]}
+        )
+        await self._change(
+            path,
+            "rules",
+            "DELETE",
+            {"inbound_rules": [r for k, r in sorted(have_rules.items()) if k not in want_rules]},
+        )
+        await self._change(path, "droplets", "DELETE", {"droplet_ids": sorted(have_droplets - want_droplets)})
 
     async def _change(self, path: str, what: str, method: str, body: dict[str, list[Any]]) -> None:
         if not next(iter(body.values())):
